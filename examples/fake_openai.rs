@@ -1,0 +1,29 @@
+//! A deterministic FAKE OpenAI-compatible backend (no language model) for the quickstart's
+//! `--fake` mode and for load tests: `cargo run --release --example fake_openai -- PORT NAME`.
+
+#[expect(dead_code, reason = "the request log is read by the tests only")]
+#[path = "../tests/support/fake_openai.rs"]
+mod fake_openai;
+
+use anyhow::Context;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let port: u16 = args
+        .next()
+        .context("usage: fake_openai PORT NAME")?
+        .parse()
+        .context("PORT must be a number")?;
+    let name = args.next().context("usage: fake_openai PORT NAME")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let mut backend = fake_openai::FakeBackend::new(&name);
+    backend.chunk_pause = std::time::Duration::from_millis(
+        std::env::var("FAKE_CHUNK_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(150),
+    );
+    fake_openai::serve(listener, backend).await?;
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! Composition root for `serve`: loads the configuration, starts the ext_proc gRPC server, the
+//! admin server and the reload watcher, and stops them together.
+
+use crate::admin::{self, AdminState};
+use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome};
+use crate::extproc::ExtProcService;
+use crate::observability::metrics::ReloadLabels;
+use crate::observability::Metrics;
+use futures_util::StreamExt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How `serve` was asked to run.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Configuration file.
+    pub config: PathBuf,
+    /// Overrides `server.grpcListen`.
+    pub grpc_listen: Option<String>,
+    /// Overrides `server.adminListen`.
+    pub admin_listen: Option<String>,
+    /// How often the configuration file is checked for changes.
+    pub reload_interval: Duration,
+}
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The configuration does not compile.
+    #[error("invalid configuration:\n{0}")]
+    Config(#[from] ConfigErrors),
+    /// A listen address is malformed.
+    #[error("invalid listen address {0:?}")]
+    Address(String),
+    /// A listener could not be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(String, std::io::Error),
+}
+
+/// A running sidecar.
+pub struct Running {
+    /// Bound ext_proc address (TCP), if listening on TCP.
+    pub grpc_addr: Option<SocketAddr>,
+    /// Bound admin address.
+    pub admin_addr: SocketAddr,
+    /// The configuration store.
+    pub store: Arc<ConfigStore>,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets open streams finish, and waits for every task.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts every server. Listen addresses may use port 0; [`Running`] reports what was bound.
+pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
+    let store = Arc::new(ConfigStore::open(&options.config)?);
+    let metrics = Arc::new(Metrics::new());
+    let snapshot = store.snapshot();
+    let grpc_listen = match &options.grpc_listen {
+        Some(text) => parse_listen(text)?,
+        None => snapshot.server.grpc_listen.clone(),
+    };
+    let admin_listen = match &options.admin_listen {
+        Some(text) => text.parse().map_err(|_| AppError::Address(text.clone()))?,
+        None => snapshot.server.admin_listen,
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let service = ExtProcService::new(store.clone(), metrics.clone()).into_server();
+    let grpc = tonic::transport::Server::builder().add_service(service);
+    let grpc_addr = match grpc_listen {
+        Listen::Tcp(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| AppError::Bind(addr.to_string(), e))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| AppError::Bind(addr.to_string(), e))?;
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+                if let Ok(stream) = &s {
+                    let _ = stream.set_nodelay(true);
+                }
+                s
+            });
+            let signal = wait_for(stopped.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, signal).await {
+                    tracing::error!(error = %e, "ext_proc server stopped");
+                }
+            }));
+            tracing::info!(%bound, "ext_proc listening");
+            Some(bound)
+        }
+        Listen::Unix(path) => {
+            let _ = std::fs::remove_file(&path);
+            let listener = tokio::net::UnixListener::bind(&path)
+                .map_err(|e| AppError::Bind(path.display().to_string(), e))?;
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let signal = wait_for(stopped.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = grpc.serve_with_incoming_shutdown(incoming, signal).await {
+                    tracing::error!(error = %e, "ext_proc server stopped");
+                }
+            }));
+            tracing::info!(path = %path.display(), "ext_proc listening on unix socket");
+            None
+        }
+    };
+
+    let admin_listener = TcpListener::bind(admin_listen)
+        .await
+        .map_err(|e| AppError::Bind(admin_listen.to_string(), e))?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|e| AppError::Bind(admin_listen.to_string(), e))?;
+    let routes = admin::router(AdminState {
+        store: store.clone(),
+        metrics: metrics.clone(),
+    });
+    let signal = wait_for(stopped.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(admin_listener, routes)
+            .with_graceful_shutdown(signal)
+            .await
+        {
+            tracing::error!(error = %e, "admin server stopped");
+        }
+    }));
+    tracing::info!(%admin_addr, version = %snapshot.version, "admin listening");
+
+    tasks.push(tokio::spawn(watch_config(
+        store.clone(),
+        metrics.clone(),
+        options.reload_interval,
+        stopped,
+    )));
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        store,
+        metrics,
+        stop,
+        tasks,
+    })
+}
+
+fn parse_listen(text: &str) -> Result<Listen, AppError> {
+    match text.strip_prefix("unix:") {
+        Some(path) if !path.is_empty() => Ok(Listen::Unix(path.into())),
+        Some(_) => Err(AppError::Address(text.to_owned())),
+        None => text
+            .parse()
+            .map(Listen::Tcp)
+            .map_err(|_| AppError::Address(text.to_owned())),
+    }
+}
+
+async fn wait_for(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// Polls the configuration file; a changed valid file becomes the live snapshot, a changed
+/// invalid one is logged error by error and counted, and the old snapshot stays.
+async fn watch_config(
+    store: Arc<ConfigStore>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
+        }
+        let worker_store = store.clone();
+        let Ok(outcome) = tokio::task::spawn_blocking(move || worker_store.reload()).await else {
+            continue;
+        };
+        match outcome {
+            ReloadOutcome::Unchanged => {}
+            ReloadOutcome::Applied { version } => {
+                metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels { result: "applied" })
+                    .inc();
+                tracing::info!(%version, "configuration reloaded");
+            }
+            ReloadOutcome::Rejected(errors) => {
+                metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels { result: "rejected" })
+                    .inc();
+                for error in &errors.0 {
+                    tracing::error!(%error, "configuration rejected; keeping the previous one");
+                }
+            }
+        }
+    }
+}

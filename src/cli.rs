@@ -1,0 +1,266 @@
+//! The command line: `serve`, `check-config`, `explain`. Each subcommand runs the same parse and
+//! compile as the sidecar, so what the CLI accepts the sidecar accepts.
+
+use crate::app::{self, ServeOptions};
+use crate::config::{self, Snapshot};
+use crate::engine::{self, Action, Routed};
+use crate::llm::Headers;
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// mom-router: an Envoy ext_proc sidecar that makes a pool of LLMs behave as one model.
+#[derive(Debug, Parser)]
+#[command(name = "mom-router", version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the ext_proc gRPC server and the admin HTTP server.
+    Serve {
+        /// Configuration file (YAML); reloaded when it changes.
+        #[arg(long)]
+        config: PathBuf,
+        /// ext_proc listen address (`HOST:PORT` or `unix:/path`); overrides `server.grpcListen`.
+        #[arg(long)]
+        grpc_listen: Option<String>,
+        /// Admin listen address; overrides `server.adminListen`.
+        #[arg(long)]
+        admin_listen: Option<String>,
+        /// How often to check the configuration file for changes, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        reload_interval_ms: u64,
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// Validate a configuration exactly as `serve` would; print every error.
+    CheckConfig {
+        /// Configuration file (YAML).
+        path: PathBuf,
+    },
+    /// Run the pipeline offline on one chat-completion body and print the outcome as JSON.
+    Explain {
+        /// Configuration file (YAML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Request header `name:value`; repeatable.
+        #[arg(long = "header", value_name = "NAME:VALUE")]
+        headers: Vec<String>,
+        /// HTTP method of the simulated request.
+        #[arg(long, default_value = "POST")]
+        method: String,
+        /// Path of the simulated request.
+        #[arg(long, default_value = engine::CHAT_PATH)]
+        path: String,
+        /// Request body file, or `-` for stdin.
+        #[arg(default_value = "-")]
+        request: String,
+    },
+}
+
+/// Entry point used by the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            grpc_listen,
+            admin_listen,
+            reload_interval_ms,
+            log_json,
+        } => {
+            crate::observability::logging::init(log_json);
+            serve(ServeOptions {
+                config,
+                grpc_listen,
+                admin_listen,
+                reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
+            })
+        }
+        Command::CheckConfig { path } => check_config(&path),
+        Command::Explain {
+            config,
+            headers,
+            method,
+            path,
+            request,
+        } => explain(&config, &headers, &method, &path, &request),
+    }
+}
+
+fn serve(options: ServeOptions) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mom-router: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let running = match app::start(options).await {
+            Ok(running) => running,
+            Err(e) => {
+                eprintln!("mom-router: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        running.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+fn check_config(path: &Path) -> ExitCode {
+    match config::load(path) {
+        Ok(snapshot) => {
+            let line = format!(
+                "{}: ok, version {} ({} models, {} identities, {} signals, {} decisions)",
+                path.display(),
+                snapshot.version,
+                snapshot.models.len(),
+                snapshot.identities.len(),
+                snapshot.signals.len(),
+                snapshot.decisions.len()
+            );
+            write_stdout(&line)
+        }
+        Err(errors) => {
+            eprintln!("{}: {} error(s)", path.display(), errors.0.len());
+            for error in &errors.0 {
+                eprintln!("  {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_stdout(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+fn read_request(source: &str) -> std::io::Result<Vec<u8>> {
+    if source == "-" {
+        let mut body = Vec::new();
+        std::io::stdin().read_to_end(&mut body)?;
+        Ok(body)
+    } else {
+        std::fs::read(source)
+    }
+}
+
+fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: &str) -> ExitCode {
+    let snapshot = match config::load(config) {
+        Ok(snapshot) => snapshot,
+        Err(errors) => {
+            eprintln!("{}: {} error(s)", config.display(), errors.0.len());
+            for error in &errors.0 {
+                eprintln!("  {error}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    let body = match read_request(source) {
+        Ok(body) => body,
+        Err(e) => {
+            eprintln!("mom-router: cannot read request {source}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut pairs = vec![
+        (":method".to_owned(), method.to_owned()),
+        (":path".to_owned(), path.to_owned()),
+        ("content-length".to_owned(), body.len().to_string()),
+    ];
+    for header in headers {
+        let Some((name, value)) = header.split_once(':') else {
+            eprintln!("mom-router: --header {header:?} must look like name:value");
+            return ExitCode::FAILURE;
+        };
+        pairs.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    let routed = run_offline(&snapshot, &Headers::new(pairs), &body);
+    let text = serde_json::to_string_pretty(&explain_json(&routed)).unwrap_or_default();
+    write_stdout(&text)
+}
+
+/// Runs both request phases as the sidecar would.
+pub fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+    engine::on_request_headers(snapshot, headers, body.is_empty())
+        .unwrap_or_else(|| engine::on_request_body(snapshot, headers, body))
+}
+
+/// The `explain` document for one outcome.
+pub fn explain_json(routed: &Routed) -> Value {
+    let trace = &routed.trace;
+    let response_path = match routed.action {
+        Action::Forward(_) => "upstream",
+        Action::Respond(_) => "immediate",
+    };
+    let headers: serde_json::Map<String, Value> = trace
+        .response_headers(response_path)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Value::String(v)))
+        .collect();
+    let mut out = json!({
+        "identity": trace.identity,
+        "identity_version": trace.identity_version,
+        "signals": trace.signals,
+        "decision": trace.decision,
+        "confidence": trace.confidence,
+        "algorithm": if trace.algorithm.is_empty() { None } else { Some(trace.algorithm) },
+        "scores": trace.scores.iter().map(|(m, s)| json!({"model": m, "score": s})).collect::<Vec<_>>(),
+        "model": trace.model,
+        "provider_model": trace.provider_model,
+        "action": routed.action.kind(),
+        "config_version": trace.config_version,
+        "response_headers": headers,
+    });
+    match &routed.action {
+        Action::Forward(forward) => {
+            out["upstream"] = json!({
+                "headers": {
+                    "x-selected-model": forward.model,
+                    "content-length": forward.body.len().to_string(),
+                },
+                "stream": forward.stream,
+                "body": serde_json::from_slice::<Value>(&forward.body).unwrap_or(Value::Null),
+            });
+        }
+        Action::Respond(reply) => {
+            out["status"] = json!(reply.status);
+            out["body"] = serde_json::from_slice::<Value>(&reply.body)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&reply.body).into()));
+        }
+    }
+    out
+}

@@ -1,0 +1,562 @@
+//! Raw sections → [`Snapshot`]. Checks every cross-reference and every value, collecting all
+//! errors; each names its path and says what would fix it.
+
+use super::error::Errors;
+use super::parse::RawConfig;
+use super::raw::{
+    RawAlgorithm, RawDecision, RawIdentity, RawKeywordOperator, RawModel, RawRule, RawScope,
+    RawSignal,
+};
+use super::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
+use crate::decision::Rule;
+use crate::selection::{Algorithm, Candidate};
+use crate::signals::{
+    AuthzSignal, ConversationSignal, KeywordOperator, KeywordSignal, LanguageSignal,
+    MetadataSignal, Scope, Signal, SignalError, SignalKind, TokenRange,
+};
+use std::collections::HashMap;
+
+/// Default ext_proc address.
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50051";
+/// Default admin address.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9190";
+/// Default request body limit (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+
+/// Compiles the raw document. `hash` is the hex SHA-256 of the source text.
+pub fn compile(raw: RawConfig, hash: &str, errors: &mut Errors) -> Option<Snapshot> {
+    let server = compile_server(&raw, errors);
+    // Names index every parsed entry, valid or not, so one bad entry does not turn each
+    // reference to it into a second, misleading "unknown" error.
+    let model_index = index_by_name(
+        raw.models.iter().map(|(i, m)| (*i, m.name.as_str())),
+        "models",
+        &raw.broken,
+        errors,
+    );
+    let models = compile_models(&raw.models, errors);
+    let signal_index = index_by_name(
+        raw.signals.iter().map(|(i, s)| (*i, signal_name(s))),
+        "signals",
+        &raw.broken,
+        errors,
+    );
+    let signals = compile_signals(&raw.signals, errors);
+    let decision_index = index_by_name(
+        raw.decisions.iter().map(|(i, d)| (*i, d.name.as_str())),
+        "decisions",
+        &raw.broken,
+        errors,
+    );
+    let decisions = compile_decisions(&raw.decisions, &model_index, &signal_index, errors);
+    let identities = compile_identities(
+        &raw.identities,
+        &model_index,
+        &decision_index,
+        &decisions,
+        errors,
+    );
+    if raw.identities.is_empty() && errors.is_empty() {
+        errors.push(
+            "identities",
+            "declare at least one identity (e.g. mom/auto) with a defaultModel",
+        );
+    }
+    let identity_index = index_by_name(
+        identities.iter().map(|(i, d)| (*i, d.name.as_str())),
+        "identities",
+        &raw.broken,
+        errors,
+    );
+    for (i, identity) in &identities {
+        if model_index.contains_key(&identity.name) {
+            errors.push(
+                format!("identities[{i}].name"),
+                format!(
+                    "{:?} is also a model name; an identity and a model cannot share a name",
+                    identity.name
+                ),
+            );
+        }
+    }
+    let label = raw.version.unwrap_or_else(|| "unversioned".to_owned());
+    let server = server?;
+    if !errors.is_empty() {
+        return None;
+    }
+    Some(Snapshot {
+        version: format!("{label}@{}", &hash[..12.min(hash.len())]),
+        server,
+        models: models.into_iter().collect::<Option<_>>()?,
+        identities: identities.into_iter().map(|(_, i)| i).collect(),
+        signals: signals.into_iter().collect::<Option<_>>()?,
+        decisions: decisions.into_iter().collect::<Option<_>>()?,
+        model_index,
+        identity_index,
+    })
+}
+
+/// Maps names to positions in the compiled list; duplicates are errors.
+/// Names of entries that failed to parse map to this position, which no list holds.
+const BROKEN: usize = usize::MAX;
+
+fn index_by_name<'a>(
+    names: impl Iterator<Item = (usize, &'a str)>,
+    section: &'static str,
+    broken: &[(&'static str, String)],
+    errors: &mut Errors,
+) -> HashMap<String, usize> {
+    let mut index = HashMap::new();
+    for (position, (raw_index, name)) in names.enumerate() {
+        if index.insert(name.to_owned(), position).is_some() {
+            errors.push(
+                format!("{section}[{raw_index}].name"),
+                format!("duplicate name {name:?}; names in {section} must be unique"),
+            );
+        }
+    }
+    for (_, name) in broken.iter().filter(|(s, _)| *s == section) {
+        index.entry(name.clone()).or_insert(BROKEN);
+    }
+    index
+}
+
+fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
+    let server = raw.server.as_ref();
+    let grpc = server
+        .and_then(|s| s.grpc_listen.clone())
+        .unwrap_or_else(|| DEFAULT_GRPC_LISTEN.to_owned());
+    let admin = server
+        .and_then(|s| s.admin_listen.clone())
+        .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.to_owned());
+    let max_body_bytes = server
+        .and_then(|s| s.max_body_bytes)
+        .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    let grpc_listen = match grpc.strip_prefix("unix:") {
+        Some(path) if !path.is_empty() => Some(Listen::Unix(path.into())),
+        Some(_) => {
+            errors.push("server.grpcListen", "give a socket path after `unix:`");
+            None
+        }
+        None => parse_addr(&grpc, "server.grpcListen", errors).map(Listen::Tcp),
+    };
+    let admin_listen = parse_addr(&admin, "server.adminListen", errors);
+    if max_body_bytes == 0 {
+        errors.push("server.maxBodyBytes", "must be greater than 0");
+    }
+    Some(Server {
+        grpc_listen: grpc_listen?,
+        admin_listen: admin_listen?,
+        max_body_bytes,
+    })
+}
+
+fn parse_addr(text: &str, path: &str, errors: &mut Errors) -> Option<std::net::SocketAddr> {
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            errors.push(
+                path,
+                format!("{text:?} is not an IP:PORT address (e.g. 127.0.0.1:50051)"),
+            );
+            None
+        }
+    }
+}
+
+fn is_route_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/'))
+}
+
+/// One entry per parsed model, `None` where the model is invalid.
+fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<Model>> {
+    let mut models = Vec::new();
+    for (i, model) in raw {
+        let path = format!("models[{i}]");
+        let mut ok = true;
+        if !is_route_name(&model.name) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid route name; use letters, digits and . _ - : /",
+                    model.name
+                ),
+            );
+            ok = false;
+        } else if model.name.starts_with("mom/") {
+            errors.push(
+                format!("{path}.name"),
+                "names starting with mom/ are reserved for identities; rename the model",
+            );
+            ok = false;
+        }
+        if model.provider_model.trim().is_empty() {
+            errors.push(
+                format!("{path}.providerModel"),
+                "give the model id the upstream server expects",
+            );
+            ok = false;
+        }
+        if let Some(p) = &model.pricing {
+            for (field, value) in [
+                ("inputPerMillion", p.input_per_million),
+                ("outputPerMillion", p.output_per_million),
+            ] {
+                if !value.is_finite() || value < 0.0 {
+                    errors.push(
+                        format!("{path}.pricing.{field}"),
+                        format!("must be a non-negative number, got {value}"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        models.push(ok.then(|| Model {
+            name: model.name.clone(),
+            provider_model: model.provider_model.clone(),
+            description: model.description.clone(),
+            context_window: model.context_window,
+            pricing: model.pricing.as_ref().map(|p| Pricing {
+                input_per_million: p.input_per_million,
+                output_per_million: p.output_per_million,
+            }),
+            capabilities: model.capabilities.clone(),
+        }));
+    }
+    models
+}
+
+fn scope(raw: RawScope) -> Scope {
+    match raw {
+        RawScope::LastUser => Scope::LastUser,
+        RawScope::AllUser => Scope::AllUser,
+        RawScope::All => Scope::All,
+    }
+}
+
+fn compile_signal(raw: &RawSignal) -> Result<Signal, Vec<SignalError>> {
+    let one = |e: SignalError| vec![e];
+    let (name, kind) = match raw {
+        RawSignal::Keyword {
+            name,
+            keywords,
+            patterns,
+            operator,
+            case_sensitive,
+            whole_words,
+            scope: s,
+        } => {
+            let operator = match operator {
+                RawKeywordOperator::Any => KeywordOperator::Any,
+                RawKeywordOperator::All => KeywordOperator::All,
+                RawKeywordOperator::None => KeywordOperator::None,
+            };
+            let signal = KeywordSignal::new(
+                keywords,
+                patterns,
+                operator,
+                *case_sensitive,
+                *whole_words,
+                scope(*s),
+            )?;
+            (name, SignalKind::Keyword(signal))
+        }
+        RawSignal::ContextLength {
+            name,
+            min_tokens,
+            max_tokens,
+        } => (
+            name,
+            SignalKind::ContextLength(TokenRange::new(*min_tokens, *max_tokens).map_err(one)?),
+        ),
+        RawSignal::Conversation {
+            name,
+            min_turns,
+            max_turns,
+            has_tools,
+            has_images,
+        } => (
+            name,
+            SignalKind::Conversation(
+                ConversationSignal::new(*min_turns, *max_turns, *has_tools, *has_images)
+                    .map_err(one)?,
+            ),
+        ),
+        RawSignal::Language {
+            name,
+            languages,
+            min_confidence,
+            scope: s,
+        } => (
+            name,
+            SignalKind::Language(LanguageSignal::new(languages, *min_confidence, scope(*s))?),
+        ),
+        RawSignal::Authz {
+            name,
+            header,
+            roles,
+        } => (
+            name,
+            SignalKind::Authz(AuthzSignal::new(header, roles).map_err(one)?),
+        ),
+        RawSignal::Metadata {
+            name,
+            header,
+            equals,
+            pattern,
+            present,
+        } => (
+            name,
+            SignalKind::Metadata(
+                MetadataSignal::new(header, equals.as_deref(), pattern.as_deref(), *present)
+                    .map_err(one)?,
+            ),
+        ),
+    };
+    if name.trim().is_empty() {
+        return Err(vec![SignalError::new("name", "give the signal a name")]);
+    }
+    Ok(Signal {
+        name: name.clone(),
+        kind,
+    })
+}
+
+/// One entry per parsed signal, `None` where the signal is invalid.
+fn compile_signals(raw: &[(usize, RawSignal)], errors: &mut Errors) -> Vec<Option<Signal>> {
+    let mut signals = Vec::new();
+    for (i, signal) in raw {
+        match compile_signal(signal) {
+            Ok(signal) => signals.push(Some(signal)),
+            Err(problems) => {
+                for problem in problems {
+                    errors.push(format!("signals[{i}].{}", problem.field), problem.message);
+                }
+                signals.push(None);
+            }
+        }
+    }
+    signals
+}
+
+fn signal_name(raw: &RawSignal) -> &str {
+    match raw {
+        RawSignal::Keyword { name, .. }
+        | RawSignal::ContextLength { name, .. }
+        | RawSignal::Conversation { name, .. }
+        | RawSignal::Language { name, .. }
+        | RawSignal::Authz { name, .. }
+        | RawSignal::Metadata { name, .. } => name,
+    }
+}
+
+fn compile_rule(
+    raw: &RawRule,
+    path: &str,
+    signals: &HashMap<String, usize>,
+    errors: &mut Errors,
+) -> Option<Rule> {
+    let RawRule {
+        signal,
+        all,
+        any,
+        not,
+    } = raw;
+    let set = [
+        signal.is_some(),
+        all.is_some(),
+        any.is_some(),
+        not.is_some(),
+    ];
+    if set.iter().filter(|s| **s).count() != 1 {
+        errors.push(
+            path,
+            "a rule sets exactly one of `signal`, `all`, `any` or `not`",
+        );
+        return None;
+    }
+    if let Some(name) = signal {
+        return match signals.get(name) {
+            Some(index) => Some(Rule::Signal(*index)),
+            None => {
+                errors.push(
+                    format!("{path}.signal"),
+                    format!(
+                        "unknown signal {name:?}; known signals: {}",
+                        known_names(signals)
+                    ),
+                );
+                None
+            }
+        };
+    }
+    if let Some(child) = not {
+        return compile_rule(child, &format!("{path}.not"), signals, errors)
+            .map(|c| Rule::Not(Box::new(c)));
+    }
+    let (key, children) = match (all, any) {
+        (Some(children), _) => ("all", children),
+        (_, Some(children)) => ("any", children),
+        (None, None) => return None,
+    };
+    if children.is_empty() {
+        errors.push(format!("{path}.{key}"), "list at least one rule");
+        return None;
+    }
+    let compiled: Vec<Option<Rule>> = children
+        .iter()
+        .enumerate()
+        .map(|(j, child)| compile_rule(child, &format!("{path}.{key}[{j}]"), signals, errors))
+        .collect();
+    let compiled: Vec<Rule> = compiled.into_iter().collect::<Option<_>>()?;
+    Some(if key == "all" {
+        Rule::All(compiled)
+    } else {
+        Rule::Any(compiled)
+    })
+}
+
+fn compile_decisions(
+    raw: &[(usize, RawDecision)],
+    models: &HashMap<String, usize>,
+    signals: &HashMap<String, usize>,
+    errors: &mut Errors,
+) -> Vec<Option<Decision>> {
+    let mut decisions = Vec::new();
+    for (i, decision) in raw {
+        let path = format!("decisions[{i}]");
+        let rule = compile_rule(&decision.rules, &format!("{path}.rules"), signals, errors);
+        if decision.model_refs.is_empty() {
+            errors.push(format!("{path}.modelRefs"), "list at least one model");
+        }
+        let mut candidates = Vec::new();
+        for (j, model_ref) in decision.model_refs.iter().enumerate() {
+            let Some(&model) = models.get(&model_ref.model) else {
+                errors.push(
+                    format!("{path}.modelRefs[{j}].model"),
+                    format!(
+                        "unknown model {:?}; known models: {}",
+                        model_ref.model,
+                        known_names(models)
+                    ),
+                );
+                continue;
+            };
+            if !model_ref.weight.is_finite() || model_ref.weight <= 0.0 {
+                errors.push(
+                    format!("{path}.modelRefs[{j}].weight"),
+                    format!("must be a positive number, got {}", model_ref.weight),
+                );
+                continue;
+            }
+            candidates.push(Candidate {
+                model,
+                weight: model_ref.weight,
+            });
+        }
+        let algorithm = match decision.algorithm {
+            RawAlgorithm::Static => Algorithm::Static,
+            RawAlgorithm::Weighted => Algorithm::Weighted,
+        };
+        let complete = candidates.len() == decision.model_refs.len() && !candidates.is_empty();
+        decisions.push(rule.filter(|_| complete).map(|rule| Decision {
+            name: decision.name.clone(),
+            description: decision.description.clone(),
+            priority: decision.priority,
+            rule,
+            candidates,
+            algorithm,
+        }));
+    }
+    decisions
+}
+
+fn known_names(index: &HashMap<String, usize>) -> String {
+    let mut names: Vec<(&usize, &str)> = index.iter().map(|(n, i)| (i, n.as_str())).collect();
+    names.sort_unstable();
+    let names: Vec<&str> = names.into_iter().map(|(_, n)| n).collect();
+    if names.is_empty() {
+        "(none declared)".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn compile_identities(
+    raw: &[(usize, RawIdentity)],
+    models: &HashMap<String, usize>,
+    decision_index: &HashMap<String, usize>,
+    decisions: &[Option<Decision>],
+    errors: &mut Errors,
+) -> Vec<(usize, Identity)> {
+    let mut identities = Vec::new();
+    for (i, identity) in raw {
+        let path = format!("identities[{i}]");
+        let mut ok = true;
+        if !is_route_name(&identity.name) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid identity name; use letters, digits and . _ - : / (e.g. mom/auto)",
+                    identity.name
+                ),
+            );
+            ok = false;
+        }
+        let default_model = models.get(&identity.default_model).copied();
+        if default_model.is_none() {
+            errors.push(
+                format!("{path}.defaultModel"),
+                format!(
+                    "unknown model {:?}; known models: {}",
+                    identity.default_model,
+                    known_names(models)
+                ),
+            );
+            ok = false;
+        }
+        let selected: Vec<usize> = match &identity.decisions {
+            None => (0..decisions.len()).collect(),
+            Some(names) => names
+                .iter()
+                .enumerate()
+                .filter_map(|(j, name)| {
+                    let found = decision_index.get(name).copied();
+                    if found.is_none() {
+                        ok = false;
+                        errors.push(
+                            format!("{path}.decisions[{j}]"),
+                            format!(
+                                "unknown decision {name:?}; known decisions: {}",
+                                known_names(decision_index)
+                            ),
+                        );
+                    }
+                    found
+                })
+                .collect(),
+        };
+        let mut signals = Vec::new();
+        for decision in selected.iter().filter_map(|&d| decisions.get(d)?.as_ref()) {
+            decision.rule.collect_signals(&mut signals);
+        }
+        signals.sort_unstable();
+        if let (true, Some(default_model)) = (ok, default_model) {
+            identities.push((
+                *i,
+                Identity {
+                    name: identity.name.clone(),
+                    version: identity.version.clone(),
+                    description: identity.description.clone(),
+                    default_model,
+                    decisions: selected,
+                    signals,
+                },
+            ));
+        }
+    }
+    identities
+}

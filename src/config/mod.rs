@@ -1,0 +1,63 @@
+//! Configuration: one YAML document parsed into raw types, compiled into an immutable
+//! [`Snapshot`], and held in a [`ConfigStore`] that hot-reloads it. `check-config` and `serve`
+//! run exactly the same [`load`].
+
+pub mod compile;
+mod error;
+mod parse;
+pub mod raw;
+mod snapshot;
+mod store;
+
+pub use error::{ConfigError, ConfigErrors, Errors};
+pub use snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
+pub use store::{ConfigStore, ReloadOutcome};
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Parses and compiles a configuration document.
+pub fn compile_str(text: &str) -> Result<Snapshot, ConfigErrors> {
+    let hash = hex_sha256(text.as_bytes());
+    let mut errors = Errors::default();
+    let raw = parse::parse(text, &mut errors);
+    let snapshot = compile::compile(raw, &hash, &mut errors);
+    match snapshot {
+        Some(snapshot) => errors.finish(snapshot),
+        None => Err(errors.finish(()).err().unwrap_or_else(|| {
+            ConfigErrors(vec![ConfigError::new("", "configuration is invalid")])
+        })),
+    }
+}
+
+/// Reads and compiles the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Snapshot, ConfigErrors> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError::new(
+            "",
+            format!("cannot read {}: {e}", path.display()),
+        )])
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        ConfigErrors(vec![ConfigError::new(
+            "",
+            format!(
+                "{} is not UTF-8 (invalid byte at offset {})",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ),
+        )])
+    })?;
+    compile_str(&text)
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

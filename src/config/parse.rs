@@ -1,0 +1,119 @@
+//! YAML text → raw sections, element by element, so one bad entry does not hide the errors in
+//! the others. Each error carries the full path (`decisions[2].modelRefs[0]`).
+
+use super::error::Errors;
+use super::raw::{RawDecision, RawIdentity, RawModel, RawServer, RawSignal};
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+/// The raw document, section by section. Entries that failed to parse are absent.
+#[derive(Debug, Default)]
+pub struct RawConfig {
+    /// Free-form version label.
+    pub version: Option<String>,
+    /// Server settings.
+    pub server: Option<RawServer>,
+    /// Models.
+    pub models: Vec<(usize, RawModel)>,
+    /// Identities.
+    pub identities: Vec<(usize, RawIdentity)>,
+    /// Signals.
+    pub signals: Vec<(usize, RawSignal)>,
+    /// Decisions.
+    pub decisions: Vec<(usize, RawDecision)>,
+    /// `(section, name)` of entries that failed to parse but have a readable `name`: references
+    /// to them are not reported again as unknown.
+    pub broken: Vec<(&'static str, String)>,
+}
+
+const SECTIONS: &[&str] = &[
+    "version",
+    "server",
+    "models",
+    "identities",
+    "signals",
+    "decisions",
+];
+
+/// Parses the document, recording every error in `errors`.
+pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
+    let mut raw = RawConfig::default();
+    let document: Value = match serde_yaml::from_str(text) {
+        Ok(document) => document,
+        Err(e) => {
+            errors.push("", format!("not valid YAML: {e}"));
+            return raw;
+        }
+    };
+    let Value::Mapping(sections) = document else {
+        errors.push(
+            "",
+            "the configuration must be a YAML mapping with keys: version, server, models, identities, signals, decisions",
+        );
+        return raw;
+    };
+    for (key, value) in sections {
+        let Some(key) = key.as_str() else {
+            errors.push("", format!("top-level key {key:?} is not a string"));
+            continue;
+        };
+        match key {
+            "version" => raw.version = item(value, "version", errors),
+            "server" => raw.server = item(value, "server", errors),
+            "models" => raw.models = list(value, "models", &mut raw.broken, errors),
+            "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
+            "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),
+            "decisions" => raw.decisions = list(value, "decisions", &mut raw.broken, errors),
+            other => errors.push(
+                other,
+                format!(
+                    "unknown top-level key; expected one of: {}",
+                    SECTIONS.join(", ")
+                ),
+            ),
+        }
+    }
+    raw
+}
+
+fn item<T: DeserializeOwned>(value: Value, path: &str, errors: &mut Errors) -> Option<T> {
+    match serde_path_to_error::deserialize(value) {
+        Ok(parsed) => Some(parsed),
+        Err(e) => {
+            let inner = e.path().to_string();
+            let full = if inner == "." {
+                path.to_owned()
+            } else {
+                format!("{path}.{inner}")
+            };
+            errors.push(full, e.into_inner().to_string());
+            None
+        }
+    }
+}
+
+fn list<T: DeserializeOwned>(
+    value: Value,
+    path: &'static str,
+    broken: &mut Vec<(&'static str, String)>,
+    errors: &mut Errors,
+) -> Vec<(usize, T)> {
+    match value {
+        Value::Sequence(items) => {
+            let mut parsed = Vec::new();
+            for (i, value) in items.into_iter().enumerate() {
+                let name = value.get("name").and_then(Value::as_str).map(str::to_owned);
+                match item(value, &format!("{path}[{i}]"), errors) {
+                    Some(entry) => parsed.push((i, entry)),
+                    None => broken.extend(name.map(|n| (path, n))),
+                }
+            }
+            parsed
+        }
+        Value::Null => Vec::new(),
+        _ => {
+            errors.push(path, "must be a list");
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Raw configuration: the YAML document as written, before validation. Every struct denies
+//! unknown fields so a typo is an error, never a silently ignored setting. These types are
+//! compiled into [`super::Snapshot`]; nothing at run time reads them.
+
+use serde::Deserialize;
+
+/// Listener addresses and request limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawServer {
+    /// ext_proc gRPC listen address: `HOST:PORT` or `unix:/path/to.sock`.
+    pub grpc_listen: Option<String>,
+    /// Admin HTTP listen address (`/live`, `/ready`, `/metrics`, `/config`).
+    pub admin_listen: Option<String>,
+    /// Largest request body mom-router accepts, in bytes; larger gets 413. Keep it below
+    /// Envoy's `per_connection_buffer_limit_bytes` so the client sees mom-router's JSON error.
+    pub max_body_bytes: Option<u64>,
+}
+
+/// A concrete model served behind Envoy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawModel {
+    /// Logical name; Envoy routes on it through the `x-selected-model` header.
+    pub name: String,
+    /// The model id the upstream server expects in the request body.
+    pub provider_model: String,
+    /// Human description, listed by `GET /v1/models`.
+    #[serde(default)]
+    pub description: String,
+    /// Context window in tokens.
+    pub context_window: Option<u64>,
+    /// Price per million tokens.
+    pub pricing: Option<RawPricing>,
+    /// Free-form capability tags (`code`, `math`, `chat`, …).
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+/// Price per million input and output tokens, in the operator's currency.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawPricing {
+    /// Price per million prompt tokens.
+    pub input_per_million: f64,
+    /// Price per million completion tokens.
+    pub output_per_million: f64,
+}
+
+/// A model identity (`mom/auto`, …) that applications call by name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawIdentity {
+    /// The name clients put in the request's `model` field.
+    pub name: String,
+    /// Contract version, sent back in `x-mom-identity-version`.
+    #[serde(default = "default_version")]
+    pub version: String,
+    /// Human description, listed by `GET /v1/models`.
+    #[serde(default)]
+    pub description: String,
+    /// Model used when no decision matches.
+    pub default_model: String,
+    /// Decisions this identity evaluates, by name; all decisions when absent.
+    pub decisions: Option<Vec<String>>,
+}
+
+fn default_version() -> String {
+    "1".to_owned()
+}
+
+/// Which messages a text signal reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RawScope {
+    /// The last user message (the default).
+    #[default]
+    LastUser,
+    /// Every user message.
+    AllUser,
+    /// Every message, whatever its role.
+    All,
+}
+
+/// How a keyword signal combines its terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RawKeywordOperator {
+    /// Matches when any term occurs (the default).
+    #[default]
+    Any,
+    /// Matches when every term occurs.
+    All,
+    /// Matches when no term occurs.
+    None,
+}
+
+/// A rule signal: cheap evidence computed from the request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawSignal {
+    /// Literal keywords (Aho-Corasick) and regular expressions over message text.
+    #[serde(rename_all = "camelCase")]
+    Keyword {
+        /// Signal name referenced by decisions.
+        name: String,
+        /// Literal terms.
+        #[serde(default)]
+        keywords: Vec<String>,
+        /// Regular expressions (Rust `regex` syntax).
+        #[serde(default)]
+        patterns: Vec<String>,
+        /// `any` (default), `all` or `none` of the terms.
+        #[serde(default)]
+        operator: RawKeywordOperator,
+        /// Case-sensitive matching; default false.
+        #[serde(default)]
+        case_sensitive: bool,
+        /// Literal keywords match whole words only; default true.
+        #[serde(default = "default_true")]
+        whole_words: bool,
+        /// Which messages are scanned.
+        #[serde(default)]
+        scope: RawScope,
+    },
+    /// Estimated prompt length in tokens (about four characters per token).
+    #[serde(rename_all = "camelCase")]
+    ContextLength {
+        /// Signal name.
+        name: String,
+        /// Matches at or above this many tokens.
+        min_tokens: Option<u64>,
+        /// Matches at or below this many tokens.
+        max_tokens: Option<u64>,
+    },
+    /// Shape of the conversation: user turns, tools, images.
+    #[serde(rename_all = "camelCase")]
+    Conversation {
+        /// Signal name.
+        name: String,
+        /// At least this many user turns.
+        min_turns: Option<u64>,
+        /// At most this many user turns.
+        max_turns: Option<u64>,
+        /// Tools present (true) or absent (false).
+        has_tools: Option<bool>,
+        /// Image parts present (true) or absent (false).
+        has_images: Option<bool>,
+    },
+    /// Language of the scanned text (whatlang, ISO 639-3 codes such as `eng`, `fra`, `cmn`).
+    #[serde(rename_all = "camelCase")]
+    Language {
+        /// Signal name.
+        name: String,
+        /// Languages that match.
+        languages: Vec<String>,
+        /// Detection confidence below this never matches; default 0.
+        #[serde(default)]
+        min_confidence: f64,
+        /// Which messages are scanned.
+        #[serde(default)]
+        scope: RawScope,
+    },
+    /// Roles from a trusted identity header set by an upstream auth filter.
+    #[serde(rename_all = "camelCase")]
+    Authz {
+        /// Signal name.
+        name: String,
+        /// Header holding comma-separated roles; default `x-mom-user-roles`.
+        #[serde(default = "default_roles_header")]
+        header: String,
+        /// Matches when the caller holds any of these roles.
+        roles: Vec<String>,
+    },
+    /// A predicate on one request header.
+    #[serde(rename_all = "camelCase")]
+    Metadata {
+        /// Signal name.
+        name: String,
+        /// Header name (case-insensitive).
+        header: String,
+        /// Matches when the header equals one of these values.
+        equals: Option<Vec<String>>,
+        /// Matches when the header matches this regular expression.
+        pattern: Option<String>,
+        /// Matches when the header is present (true) or absent (false).
+        present: Option<bool>,
+    },
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_roles_header() -> String {
+    "x-mom-user-roles".to_owned()
+}
+
+/// A boolean tree over signal names: each node sets exactly one of its four keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// True when the named signal matched.
+    pub signal: Option<String>,
+    /// True when every child is true.
+    pub all: Option<Vec<RawRule>>,
+    /// True when any child is true.
+    pub any: Option<Vec<RawRule>>,
+    /// True when the child is false.
+    pub not: Option<Box<RawRule>>,
+}
+
+/// One model a decision may send traffic to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawModelRef {
+    /// Logical model name.
+    pub model: String,
+    /// Relative share for the `weighted` algorithm; default 1.
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+/// How a decision picks among its models.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawAlgorithm {
+    /// The first model reference (the default).
+    #[default]
+    Static,
+    /// A deterministic weighted split keyed by the request id.
+    Weighted,
+}
+
+/// A policy rule: when its tree holds, its models serve the request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawDecision {
+    /// Decision name, shown in headers, metadata and access logs.
+    pub name: String,
+    /// Human description.
+    #[serde(default)]
+    pub description: String,
+    /// Higher wins when several decisions match; ties go to the earlier one.
+    #[serde(default)]
+    pub priority: i32,
+    /// The boolean tree over signals.
+    pub rules: RawRule,
+    /// Models that may serve the request.
+    pub model_refs: Vec<RawModelRef>,
+    /// How one of `modelRefs` is picked.
+    #[serde(default)]
+    pub algorithm: RawAlgorithm,
+}

@@ -1,0 +1,142 @@
+//! The compiled configuration: one immutable snapshot that a request reads from start to end.
+//! Every reference is an index that compilation checked, so run-time code never meets a
+//! dangling name or an unset field.
+
+use crate::decision::{self, Rule};
+use crate::selection::{Algorithm, Candidate};
+use crate::signals::Signal;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Where the ext_proc gRPC server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix domain socket path.
+    Unix(PathBuf),
+}
+
+/// Listener addresses and request limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// ext_proc gRPC address (read at start; a reload does not move the listener).
+    pub grpc_listen: Listen,
+    /// Admin HTTP address (read at start).
+    pub admin_listen: SocketAddr,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: u64,
+}
+
+/// Price per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pricing {
+    /// Per million prompt tokens.
+    pub input_per_million: f64,
+    /// Per million completion tokens.
+    pub output_per_million: f64,
+}
+
+/// A concrete model behind Envoy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    /// Logical name, the `x-selected-model` value Envoy routes on.
+    pub name: String,
+    /// Model id the upstream expects in the body.
+    pub provider_model: String,
+    /// Description for `/v1/models`.
+    pub description: String,
+    /// Context window in tokens, when known.
+    pub context_window: Option<u64>,
+    /// Pricing, when known.
+    pub pricing: Option<Pricing>,
+    /// Capability tags.
+    pub capabilities: Vec<String>,
+}
+
+/// A model identity clients call by name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    /// Name in the request's `model` field.
+    pub name: String,
+    /// Contract version.
+    pub version: String,
+    /// Description for `/v1/models`.
+    pub description: String,
+    /// Index of the model used when no decision matches.
+    pub default_model: usize,
+    /// Indices of the decisions this identity evaluates, in configuration order.
+    pub decisions: Vec<usize>,
+    /// Indices of the signals those decisions read: the only signals computed for it.
+    pub signals: Vec<usize>,
+}
+
+/// A compiled decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Name shown in headers and logs.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Higher wins.
+    pub priority: i32,
+    /// Tree over signal indices.
+    pub rule: Rule,
+    /// Candidate models (never empty).
+    pub candidates: Vec<Candidate>,
+    /// How a candidate is picked.
+    pub algorithm: Algorithm,
+}
+
+impl decision::Candidate for Decision {
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    fn rule(&self) -> &Rule {
+        &self.rule
+    }
+}
+
+/// One validated configuration.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// `label@hash`: the document's `version` label and the first 12 hex digits of its SHA-256.
+    pub version: String,
+    /// Listeners and limits.
+    pub server: Server,
+    /// Concrete models.
+    pub models: Vec<Model>,
+    /// Identities.
+    pub identities: Vec<Identity>,
+    /// Signals.
+    pub signals: Vec<Signal>,
+    /// Decisions.
+    pub decisions: Vec<Decision>,
+    pub(super) model_index: HashMap<String, usize>,
+    pub(super) identity_index: HashMap<String, usize>,
+}
+
+impl Snapshot {
+    /// The identity called `name`.
+    pub fn identity(&self, name: &str) -> Option<&Identity> {
+        self.identity_index
+            .get(name)
+            .map(|&index| &self.identities[index])
+    }
+
+    /// The index of the model called `name`.
+    pub fn model_index(&self, name: &str) -> Option<usize> {
+        self.model_index.get(name).copied()
+    }
+
+    /// Every name a client may put in `model`: identities first, then models.
+    pub fn callable_names(&self) -> Vec<&str> {
+        self.identities
+            .iter()
+            .map(|i| i.name.as_str())
+            .chain(self.models.iter().map(|m| m.name.as_str()))
+            .collect()
+    }
+}

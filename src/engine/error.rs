@@ -1,0 +1,110 @@
+//! Why a request is refused, and the one place that turns each reason into a reply: status,
+//! OpenAI error type and code, and whose fault it is.
+
+use super::Reply;
+use crate::llm::error_body::openai_error;
+use crate::llm::RequestError;
+
+/// Whose fault a refusal is; decides the log level and the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The client sent something mom-router cannot serve.
+    Client,
+    /// mom-router or its Envoy configuration is at fault.
+    Internal,
+}
+
+/// Every reason mom-router answers a request itself with an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The body is not a valid chat-completion request.
+    #[error("{0}")]
+    BadRequest(#[from] RequestError),
+    /// The `model` names neither an identity nor a configured model.
+    #[error("unknown model {name:?}; valid models: {}", valid.join(", "))]
+    UnknownModel {
+        /// What the client asked for.
+        name: String,
+        /// Every callable name.
+        valid: Vec<String>,
+    },
+    /// The body exceeds the configured limit.
+    #[error("request body is {size} bytes; the limit is {limit} bytes")]
+    TooLarge {
+        /// Bytes received or announced.
+        size: u64,
+        /// Configured limit.
+        limit: u64,
+    },
+    /// The path is not served.
+    #[error("no route for {path}; mom-router serves POST /v1/chat/completions and GET /v1/models")]
+    NotFound {
+        /// The request path.
+        path: String,
+    },
+    /// The path exists but not for this method.
+    #[error("method {method} is not allowed on {path}; use {allowed}")]
+    MethodNotAllowed {
+        /// The request method.
+        method: String,
+        /// The request path.
+        path: String,
+        /// The allowed method.
+        allowed: &'static str,
+    },
+    /// Envoy delivered the request in a way mom-router cannot route safely.
+    #[error("mom-router cannot route this request: {0}")]
+    Protocol(&'static str),
+}
+
+impl RouteError {
+    /// The metric label and OpenAI `code` for this refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest(RequestError::Empty) => "empty_body",
+            Self::BadRequest(RequestError::NotUtf8 { .. }) => "invalid_encoding",
+            Self::BadRequest(RequestError::MalformedJson(_)) => "invalid_json",
+            Self::BadRequest(RequestError::NotAnObject) => "invalid_json",
+            Self::BadRequest(RequestError::MissingField(_)) => "missing_field",
+            Self::BadRequest(RequestError::WrongType { .. }) => "invalid_type",
+            Self::UnknownModel { .. } => "model_not_found",
+            Self::TooLarge { .. } => "request_too_large",
+            Self::NotFound { .. } => "not_found",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::Protocol(_) => "router_misconfigured",
+        }
+    }
+
+    /// Whose fault it is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::Protocol(_) => Fault::Internal,
+            Self::BadRequest(_)
+            | Self::UnknownModel { .. }
+            | Self::TooLarge { .. }
+            | Self::NotFound { .. }
+            | Self::MethodNotAllowed { .. } => Fault::Client,
+        }
+    }
+
+    /// The reply the client receives.
+    pub fn reply(&self) -> Reply {
+        let (status, error_type) = match self {
+            Self::BadRequest(_) | Self::UnknownModel { .. } => (400, "invalid_request_error"),
+            Self::TooLarge { .. } => (413, "invalid_request_error"),
+            Self::NotFound { .. } => (404, "invalid_request_error"),
+            Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),
+            Self::Protocol(_) => (500, "server_error"),
+        };
+        let mut headers = Vec::new();
+        if let Self::MethodNotAllowed { allowed, .. } = self {
+            headers.push(("allow".to_owned(), (*allowed).to_owned()));
+        }
+        Reply {
+            status,
+            body: openai_error(&self.to_string(), error_type, self.code()),
+            headers,
+            code: self.code(),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The pipeline for one request, as two short linear functions matching the two request phases:
+//! [`on_request_headers`] (path, method, size) and [`on_request_body`]
+//! (parse → signals → decision → selection → action). Synchronous and free of I/O, so `explain`
+//! runs exactly what the sidecar runs.
+
+mod error;
+mod models;
+mod trace;
+
+pub use error::{Fault, RouteError};
+pub use trace::Trace;
+
+use crate::config::{Identity, Snapshot};
+use crate::decision::{self, Fact};
+use crate::llm::{ChatRequest, Headers};
+use crate::selection::{self, request_key, Algorithm};
+
+/// A reply mom-router sends itself instead of forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Body (JSON).
+    pub body: Vec<u8>,
+    /// Extra headers (content-type is always JSON).
+    pub headers: Vec<(String, String)>,
+    /// Metric label: `ok` for successes, the error code otherwise.
+    pub code: &'static str,
+}
+
+/// The upstream request mom-router hands back to Envoy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forward {
+    /// Logical model: the `x-selected-model` value.
+    pub model: String,
+    /// Provider model id written into the body.
+    pub provider_model: String,
+    /// The rewritten body.
+    pub body: Vec<u8>,
+    /// The client asked for server-sent events.
+    pub stream: bool,
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Rewrite and let Envoy route it.
+    Forward(Forward),
+    /// Answer it directly.
+    Respond(Reply),
+}
+
+impl Action {
+    /// `forward` or `respond`, as `explain` prints it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Forward(_) => "forward",
+            Self::Respond(_) => "respond",
+        }
+    }
+}
+
+/// The outcome of the request phases: the action and the evidence behind it.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// What happens.
+    pub action: Action,
+    /// Why.
+    pub trace: Trace,
+}
+
+/// The chat-completions path.
+pub const CHAT_PATH: &str = "/v1/chat/completions";
+/// The model-list path.
+pub const MODELS_PATH: &str = "/v1/models";
+
+/// Decides from the headers alone: answer now (model list, bad path or method, announced
+/// oversize body) or wait for the body (`None`).
+pub fn on_request_headers(
+    snapshot: &Snapshot,
+    headers: &Headers,
+    end_of_stream: bool,
+) -> Option<Routed> {
+    let path = headers.path();
+    let method = headers.method();
+    let refuse = |error: RouteError| Some(refusal(snapshot, error));
+    match path {
+        MODELS_PATH if method == "GET" => Some(Routed {
+            action: Action::Respond(models::list(snapshot)),
+            trace: Trace::empty(snapshot),
+        }),
+        MODELS_PATH => refuse(method_not_allowed(method, path, "GET")),
+        CHAT_PATH if method != "POST" => refuse(method_not_allowed(method, path, "POST")),
+        CHAT_PATH if end_of_stream => {
+            refuse(RouteError::BadRequest(crate::llm::RequestError::Empty))
+        }
+        CHAT_PATH => {
+            let limit = snapshot.server.max_body_bytes;
+            let announced = headers
+                .get("content-length")
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            match announced {
+                Some(size) if size > limit => refuse(RouteError::TooLarge { size, limit }),
+                _ => None,
+            }
+        }
+        _ => refuse(RouteError::NotFound {
+            path: path.to_owned(),
+        }),
+    }
+}
+
+/// Routes a complete chat-completion body.
+pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+    let limit = snapshot.server.max_body_bytes;
+    if body.len() as u64 > limit {
+        return refusal(
+            snapshot,
+            RouteError::TooLarge {
+                size: body.len() as u64,
+                limit,
+            },
+        );
+    }
+    let request = match ChatRequest::parse(body) {
+        Ok(request) => request,
+        Err(e) => return refusal(snapshot, e.into()),
+    };
+    if let Some(identity) = snapshot.identity(&request.model) {
+        return route_identity(snapshot, identity, headers, &request, body);
+    }
+    if let Some(index) = snapshot.model_index(&request.model) {
+        let model = &snapshot.models[index];
+        let mut trace = Trace::empty(snapshot);
+        trace.algorithm = "passthrough";
+        return forward(trace, &request, &model.name, &model.provider_model);
+    }
+    let valid = snapshot
+        .callable_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    refusal(
+        snapshot,
+        RouteError::UnknownModel {
+            name: request.model.clone(),
+            valid,
+        },
+    )
+}
+
+fn route_identity(
+    snapshot: &Snapshot,
+    identity: &Identity,
+    headers: &Headers,
+    request: &ChatRequest,
+    body: &[u8],
+) -> Routed {
+    let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
+    let mut results = Vec::with_capacity(identity.signals.len());
+    for &index in &identity.signals {
+        let result = snapshot.signals[index].evaluate(request, headers);
+        facts[index] = Some(Fact {
+            matched: result.matched,
+            confidence: result.confidence,
+        });
+        results.push(result);
+    }
+    let mut trace = Trace::empty(snapshot);
+    trace.identity = Some(identity.name.clone());
+    trace.identity_version = Some(identity.version.clone());
+    trace.signals = results;
+    let winner = decision::pick(&snapshot.decisions, &identity.decisions, &facts);
+    let model_index = match winner {
+        Some((index, verdict)) => {
+            let decision = &snapshot.decisions[index];
+            let key = headers
+                .get("x-request-id")
+                .map_or_else(|| request_key(body), |id| request_key(id.as_bytes()));
+            let selection = selection::select(decision.algorithm, &decision.candidates, key);
+            trace.decision = Some(decision.name.clone());
+            trace.confidence = verdict.confidence;
+            trace.algorithm = decision.algorithm.name();
+            trace.scores = decision
+                .candidates
+                .iter()
+                .zip(&selection.scores)
+                .map(|(c, s)| (snapshot.models[c.model].name.clone(), *s))
+                .collect();
+            decision.candidates[selection.chosen].model
+        }
+        None => {
+            trace.algorithm = Algorithm::Static.name();
+            identity.default_model
+        }
+    };
+    let model = &snapshot.models[model_index];
+    forward(trace, request, &model.name, &model.provider_model)
+}
+
+fn forward(mut trace: Trace, request: &ChatRequest, model: &str, provider_model: &str) -> Routed {
+    trace.model = Some(model.to_owned());
+    trace.provider_model = Some(provider_model.to_owned());
+    if trace.identity.is_none() {
+        trace.identity = Some(request.model.clone());
+    }
+    Routed {
+        action: Action::Forward(Forward {
+            model: model.to_owned(),
+            provider_model: provider_model.to_owned(),
+            body: request.body_for(provider_model),
+            stream: request.stream,
+        }),
+        trace,
+    }
+}
+
+fn refusal(snapshot: &Snapshot, error: RouteError) -> Routed {
+    let mut trace = Trace::empty(snapshot);
+    trace.error = Some((error.code(), error.fault()));
+    Routed {
+        action: Action::Respond(error.reply()),
+        trace,
+    }
+}
+
+fn method_not_allowed(method: &str, path: &str, allowed: &'static str) -> RouteError {
+    RouteError::MethodNotAllowed {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        allowed,
+    }
+}
+
+#[cfg(test)]
+mod tests;

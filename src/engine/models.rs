@@ -1,0 +1,30 @@
+//! `GET /v1/models`: identities first (with version and description), then concrete models.
+
+use super::Reply;
+use crate::config::Snapshot;
+use serde_json::json;
+
+pub(super) fn list(snapshot: &Snapshot) -> Reply {
+    let identities = snapshot.identities.iter().map(|i| {
+        json!({
+            "id": i.name, "object": "model", "created": 0, "owned_by": "mom-router",
+            "kind": "identity", "version": i.version, "description": i.description,
+        })
+    });
+    let models = snapshot.models.iter().map(|m| {
+        json!({
+            "id": m.name, "object": "model", "created": 0, "owned_by": "mom-router",
+            "kind": "model", "provider_model": m.provider_model, "description": m.description,
+            "context_window": m.context_window, "capabilities": m.capabilities,
+        })
+    });
+    let data: Vec<_> = identities.chain(models).collect();
+    Reply {
+        status: 200,
+        body: json!({"object": "list", "data": data})
+            .to_string()
+            .into_bytes(),
+        headers: Vec::new(),
+        code: "ok",
+    }
+}

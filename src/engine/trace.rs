@@ -1,0 +1,79 @@
+//! The evidence behind one routing outcome, shown by `explain`, response headers, Envoy dynamic
+//! metadata and metrics.
+
+use super::Fault;
+use crate::config::Snapshot;
+use crate::signals::SignalResult;
+
+/// Why a request went where it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    /// The identity (or the concrete model name for pass-through), when known.
+    pub identity: Option<String>,
+    /// The identity's contract version.
+    pub identity_version: Option<String>,
+    /// Computed signals, in configuration order.
+    pub signals: Vec<SignalResult>,
+    /// The winning decision, if any matched.
+    pub decision: Option<String>,
+    /// Confidence of the winning decision (1 for defaults and pass-through).
+    pub confidence: f64,
+    /// Selection algorithm (`static`, `weighted`, `passthrough`), empty for refusals.
+    pub algorithm: &'static str,
+    /// Score per candidate model.
+    pub scores: Vec<(String, f64)>,
+    /// Logical model chosen.
+    pub model: Option<String>,
+    /// Provider model id written into the body.
+    pub provider_model: Option<String>,
+    /// Version of the snapshot that decided.
+    pub config_version: String,
+    /// Error code and fault, for refusals.
+    pub error: Option<(&'static str, Fault)>,
+}
+
+impl Trace {
+    /// A trace with nothing decided yet.
+    pub fn empty(snapshot: &Snapshot) -> Self {
+        Self {
+            identity: None,
+            identity_version: None,
+            signals: Vec::new(),
+            decision: None,
+            confidence: 1.0,
+            algorithm: "",
+            scores: Vec::new(),
+            model: None,
+            provider_model: None,
+            config_version: snapshot.version.clone(),
+            error: None,
+        }
+    }
+
+    /// The `x-mom-*` headers describing this outcome; `path` is the response path
+    /// (`upstream` or `immediate`).
+    pub fn response_headers(&self, path: &str) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            ("x-mom-response-path", path.to_owned()),
+            ("x-mom-config-version", self.config_version.clone()),
+        ];
+        if let Some(identity) = &self.identity {
+            headers.push(("x-mom-identity", identity.clone()));
+        }
+        if let Some(version) = &self.identity_version {
+            headers.push(("x-mom-identity-version", version.clone()));
+        }
+        if let Some(model) = &self.model {
+            headers.push(("x-mom-decision", self.decision_label().to_owned()));
+            headers.push(("x-mom-model", model.clone()));
+            headers.push(("x-mom-algorithm", self.algorithm.to_owned()));
+            headers.push(("x-mom-confidence", format!("{:.3}", self.confidence)));
+        }
+        headers
+    }
+
+    /// The decision name, or `none` when no decision matched.
+    pub fn decision_label(&self) -> &str {
+        self.decision.as_deref().unwrap_or("none")
+    }
+}

@@ -1,0 +1,211 @@
+//! Proto ↔ domain: the only file that builds ext_proc messages.
+
+use crate::engine::{Forward, Reply, Trace};
+use crate::llm::Headers;
+use envoy_types::pb::envoy::config::core::v3::{
+    header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
+    processing_mode::{BodySendMode, HeaderSendMode},
+    ProcessingMode,
+};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    body_mutation::Mutation, common_response::ResponseStatus, processing_response::Response,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse,
+    ProcessingResponse, TrailersResponse,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+
+/// Dynamic-metadata namespace Envoy must list in `receiving_namespaces.untyped`.
+pub const METADATA_NAMESPACE: &str = "mom_router";
+
+/// Headers mom-router owns upstream; a client's copies are overwritten or removed.
+pub const SELECTED_MODEL_HEADER: &str = "x-selected-model";
+
+/// Reads Envoy's header map; values come in `raw_value` (falling back to `value`).
+pub fn headers_from(map: Option<&HeaderMap>) -> Headers {
+    Headers::new(map.into_iter().flat_map(|m| &m.headers).map(|h| {
+        let value = if h.raw_value.is_empty() {
+            h.value.clone()
+        } else {
+            String::from_utf8_lossy(&h.raw_value).into_owned()
+        };
+        (h.key.clone(), value)
+    }))
+}
+
+/// A header that replaces any value the request already has.
+pub fn set_header(name: &str, value: &str) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: name.to_owned(),
+            value: String::new(),
+            raw_value: value.as_bytes().to_vec(),
+        }),
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+        ..Default::default()
+    }
+}
+
+fn string(value: &str) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(value.to_owned())),
+    }
+}
+
+/// The `mom_router` dynamic metadata describing an outcome.
+pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
+    let mut fields = std::collections::HashMap::new();
+    fields.insert("response_path".to_owned(), string(response_path));
+    fields.insert("config_version".to_owned(), string(&trace.config_version));
+    if let Some(identity) = &trace.identity {
+        fields.insert("identity".to_owned(), string(identity));
+    }
+    if let Some(model) = &trace.model {
+        fields.insert("decision".to_owned(), string(trace.decision_label()));
+        fields.insert("model".to_owned(), string(model));
+        fields.insert("algorithm".to_owned(), string(trace.algorithm));
+        fields.insert(
+            "confidence".to_owned(),
+            Value {
+                kind: Some(Kind::NumberValue(trace.confidence)),
+            },
+        );
+    }
+    if let Some(provider_model) = &trace.provider_model {
+        fields.insert("provider_model".to_owned(), string(provider_model));
+    }
+    if let Some((code, _)) = trace.error {
+        fields.insert("error".to_owned(), string(code));
+    }
+    let mut namespaces = std::collections::HashMap::new();
+    namespaces.insert(
+        METADATA_NAMESPACE.to_owned(),
+        Value {
+            kind: Some(Kind::StructValue(Struct { fields })),
+        },
+    );
+    Struct { fields: namespaces }
+}
+
+/// Continue with the request headers unchanged.
+pub fn continue_request_headers() -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestHeaders(HeadersResponse::default())),
+        ..Default::default()
+    }
+}
+
+/// The body-phase reply that routes the request: header, body, content-length, route cache.
+pub fn forward(forward: &Forward, trace: &Trace) -> ProcessingResponse {
+    let set_headers = vec![
+        set_header(SELECTED_MODEL_HEADER, &forward.model),
+        set_header("content-length", &forward.body.len().to_string()),
+        set_header("accept-encoding", "identity"),
+    ];
+    let common = CommonResponse {
+        status: ResponseStatus::Continue as i32,
+        header_mutation: Some(HeaderMutation {
+            set_headers,
+            remove_headers: Vec::new(),
+        }),
+        body_mutation: Some(BodyMutation {
+            mutation: Some(Mutation::Body(forward.body.clone())),
+        }),
+        clear_route_cache: true,
+        ..Default::default()
+    };
+    ProcessingResponse {
+        response: Some(Response::RequestBody(BodyResponse {
+            response: Some(common),
+        })),
+        dynamic_metadata: Some(metadata(trace, "upstream")),
+        ..Default::default()
+    }
+}
+
+/// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
+pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
+    let mut set_headers = vec![set_header("content-type", "application/json")];
+    set_headers.extend(reply.headers.iter().map(|(k, v)| set_header(k, v)));
+    set_headers.extend(
+        trace
+            .response_headers("immediate")
+            .iter()
+            .map(|(k, v)| set_header(k, v)),
+    );
+    ProcessingResponse {
+        response: Some(Response::ImmediateResponse(ImmediateResponse {
+            status: Some(HttpStatus {
+                code: i32::from(reply.status),
+            }),
+            headers: Some(HeaderMutation {
+                set_headers,
+                remove_headers: Vec::new(),
+            }),
+            body: reply.body.clone(),
+            details: format!("mom_router_{}", reply.code),
+            ..Default::default()
+        })),
+        dynamic_metadata: Some(metadata(trace, "immediate")),
+        ..Default::default()
+    }
+}
+
+/// The response-headers reply: `x-mom-*` headers, and STREAMED response body when asked.
+pub fn response_headers(trace: Option<&Trace>, stream_body: bool) -> ProcessingResponse {
+    let set_headers = trace
+        .map(|t| {
+            t.response_headers("upstream")
+                .iter()
+                .map(|(k, v)| set_header(k, v))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mode_override = stream_body.then_some(ProcessingMode {
+        request_header_mode: HeaderSendMode::Send as i32,
+        response_header_mode: HeaderSendMode::Send as i32,
+        request_body_mode: BodySendMode::Buffered as i32,
+        response_body_mode: BodySendMode::Streamed as i32,
+        request_trailer_mode: HeaderSendMode::Skip as i32,
+        response_trailer_mode: HeaderSendMode::Skip as i32,
+    });
+    ProcessingResponse {
+        response: Some(Response::ResponseHeaders(HeadersResponse {
+            response: Some(CommonResponse {
+                header_mutation: Some(HeaderMutation {
+                    set_headers,
+                    remove_headers: Vec::new(),
+                }),
+                ..Default::default()
+            }),
+        })),
+        mode_override,
+        ..Default::default()
+    }
+}
+
+/// Pass a response body chunk through unchanged.
+pub fn continue_response_body() -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::ResponseBody(BodyResponse::default())),
+        ..Default::default()
+    }
+}
+
+/// Pass request trailers through unchanged.
+pub fn continue_request_trailers() -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestTrailers(TrailersResponse::default())),
+        ..Default::default()
+    }
+}
+
+/// Pass response trailers through unchanged.
+pub fn continue_response_trailers() -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::ResponseTrailers(TrailersResponse::default())),
+        ..Default::default()
+    }
+}

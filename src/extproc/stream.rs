@@ -1,0 +1,173 @@
+//! One ext_proc stream (one HTTP request) as a state struct with one function per phase.
+
+use super::convert;
+use crate::config::Snapshot;
+use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
+use crate::llm::Headers;
+use crate::observability::metrics::{PhaseLabels, ReplyLabels, RouteLabels, StatusLabels};
+use crate::observability::Metrics;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// State of one HTTP request as it moves through the phases.
+pub struct StreamState {
+    snapshot: Arc<Snapshot>,
+    metrics: Arc<Metrics>,
+    headers: Headers,
+    /// Set once the request was forwarded: the evidence, the chosen model and stream flag.
+    forwarded: Option<Forwarded>,
+}
+
+struct Forwarded {
+    trace: Trace,
+    model: String,
+    stream: bool,
+    at: Instant,
+    first_chunk_seen: bool,
+}
+
+impl StreamState {
+    /// A new stream reading one snapshot for its whole life.
+    pub fn new(snapshot: Arc<Snapshot>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            snapshot,
+            metrics,
+            headers: Headers::default(),
+            forwarded: None,
+        }
+    }
+
+    /// Handles one message from Envoy. `None` when the message carries no phase (nothing to
+    /// answer).
+    pub fn handle(&mut self, message: ProcessingRequest) -> Option<ProcessingResponse> {
+        let started = Instant::now();
+        let (phase, response) = match message.request? {
+            Request::RequestHeaders(h) => ("request_headers", self.on_request_headers(h)),
+            Request::RequestBody(b) => ("request_body", self.on_request_body(b)),
+            Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
+            Request::ResponseBody(b) => ("response_body", self.on_response_body(b)),
+            Request::RequestTrailers(_) => {
+                ("request_trailers", convert::continue_request_trailers())
+            }
+            Request::ResponseTrailers(_) => {
+                ("response_trailers", convert::continue_response_trailers())
+            }
+        };
+        self.metrics
+            .phase_seconds
+            .get_or_create(&PhaseLabels { phase })
+            .observe(started.elapsed().as_secs_f64());
+        Some(response)
+    }
+
+    fn on_request_headers(&mut self, message: HttpHeaders) -> ProcessingResponse {
+        self.headers = convert::headers_from(message.headers.as_ref());
+        match engine::on_request_headers(&self.snapshot, &self.headers, message.end_of_stream) {
+            Some(routed) => self.finish(routed),
+            None => convert::continue_request_headers(),
+        }
+    }
+
+    fn on_request_body(&mut self, message: HttpBody) -> ProcessingResponse {
+        if !message.end_of_stream {
+            // Header changes only apply to a buffered body; routing a partial body would
+            // silently mis-route, so refuse loudly instead.
+            let error = RouteError::Protocol(
+                "Envoy sent a partial request body; set request_body_mode: BUFFERED on the ext_proc filter",
+            );
+            let mut trace = Trace::empty(&self.snapshot);
+            trace.error = Some((error.code(), error.fault()));
+            return self.finish(Routed {
+                action: Action::Respond(error.reply()),
+                trace,
+            });
+        }
+        let routed = engine::on_request_body(&self.snapshot, &self.headers, &message.body);
+        self.finish(routed)
+    }
+
+    fn finish(&mut self, routed: Routed) -> ProcessingResponse {
+        let Routed { action, trace } = routed;
+        match action {
+            Action::Forward(forward) => {
+                self.metrics
+                    .routed
+                    .get_or_create(&RouteLabels {
+                        identity: trace.identity.clone().unwrap_or_default(),
+                        decision: trace.decision_label().to_owned(),
+                        model: forward.model.clone(),
+                    })
+                    .inc();
+                tracing::debug!(
+                    identity = trace.identity.as_deref().unwrap_or_default(),
+                    decision = trace.decision_label(),
+                    model = %forward.model,
+                    algorithm = trace.algorithm,
+                    "routed"
+                );
+                let response = convert::forward(&forward, &trace);
+                self.forwarded = Some(Forwarded {
+                    trace,
+                    model: forward.model,
+                    stream: forward.stream,
+                    at: Instant::now(),
+                    first_chunk_seen: false,
+                });
+                response
+            }
+            Action::Respond(reply) => {
+                self.metrics
+                    .replied
+                    .get_or_create(&ReplyLabels {
+                        code: reply.code.to_owned(),
+                        status: reply.status,
+                    })
+                    .inc();
+                match trace.error {
+                    Some((code, Fault::Internal)) => {
+                        tracing::error!(code, "refused request: mom-router or Envoy misconfigured");
+                    }
+                    Some((code, Fault::Client)) => tracing::debug!(code, "refused request"),
+                    None => {}
+                }
+                convert::immediate(&reply, &trace)
+            }
+        }
+    }
+
+    fn on_response_headers(&mut self, message: HttpHeaders) -> ProcessingResponse {
+        let headers = convert::headers_from(message.headers.as_ref());
+        let status = headers.get(":status").unwrap_or_default();
+        let Some(forwarded) = &self.forwarded else {
+            return convert::response_headers(None, false);
+        };
+        let class = match status.chars().next() {
+            Some(c @ '1'..='5') => format!("{c}xx"),
+            _ => "other".to_owned(),
+        };
+        self.metrics
+            .upstream_status
+            .get_or_create(&StatusLabels {
+                model: forwarded.model.clone(),
+                class,
+            })
+            .inc();
+        let stream_body = forwarded.stream && status == "200" && !message.end_of_stream;
+        convert::response_headers(Some(&forwarded.trace), stream_body)
+    }
+
+    fn on_response_body(&mut self, _message: HttpBody) -> ProcessingResponse {
+        if let Some(forwarded) = &mut self.forwarded {
+            if !forwarded.first_chunk_seen {
+                forwarded.first_chunk_seen = true;
+                self.metrics
+                    .first_chunk_seconds
+                    .observe(forwarded.at.elapsed().as_secs_f64());
+            }
+        }
+        convert::continue_response_body()
+    }
+}

@@ -1,0 +1,274 @@
+//! The chat-completion request: parsed once into a typed view for the signals, while the full
+//! JSON object is kept so the rewritten body loses no field the client sent.
+
+use serde_json::{Map, Value};
+
+/// Why a request body is not a valid chat-completion request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The body is empty.
+    #[error("request body is empty; send a JSON chat-completion request")]
+    Empty,
+    /// The body is not valid UTF-8.
+    #[error("request body is not valid UTF-8 (invalid byte at offset {offset})")]
+    NotUtf8 {
+        /// Offset of the first invalid byte.
+        offset: usize,
+    },
+    /// The body is not valid JSON.
+    #[error("request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    /// The body is JSON but not an object.
+    #[error("request body must be a JSON object")]
+    NotAnObject,
+    /// A required field is absent.
+    #[error("missing required field `{0}`")]
+    MissingField(&'static str),
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be {expected}")]
+    WrongType {
+        /// Path of the field, e.g. `messages[1].role`.
+        field: String,
+        /// The expected type, as a phrase.
+        expected: &'static str,
+    },
+}
+
+/// One chat message reduced to what signals read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// `system`, `user`, `assistant`, `tool`, …
+    pub role: String,
+    /// The text content: the string, or the text parts joined by newlines.
+    pub text: String,
+    /// True when the content carries an image part.
+    pub has_image: bool,
+}
+
+/// A validated chat-completion request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    /// The requested model or identity.
+    pub model: String,
+    /// The messages, in order.
+    pub messages: Vec<Message>,
+    /// True when the client asked for server-sent events.
+    pub stream: bool,
+    /// True when the request declares tools.
+    pub has_tools: bool,
+    /// The whole request object, kept for rewriting.
+    object: Map<String, Value>,
+}
+
+impl ChatRequest {
+    /// Parses and validates a request body.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RequestError> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(RequestError::Empty);
+        }
+        let text = std::str::from_utf8(bytes).map_err(|e| RequestError::NotUtf8 {
+            offset: e.valid_up_to(),
+        })?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|e| RequestError::MalformedJson(e.to_string()))?;
+        let Value::Object(object) = value else {
+            return Err(RequestError::NotAnObject);
+        };
+        let model = match object.get("model") {
+            None => return Err(RequestError::MissingField("model")),
+            Some(Value::String(model)) => model.clone(),
+            Some(_) => return Err(wrong_type("model", "a string")),
+        };
+        let messages = match object.get("messages") {
+            None => return Err(RequestError::MissingField("messages")),
+            Some(Value::Array(items)) if !items.is_empty() => parse_messages(items)?,
+            Some(_) => return Err(wrong_type("messages", "a non-empty array of messages")),
+        };
+        let stream = match object.get("stream") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(stream)) => *stream,
+            Some(_) => return Err(wrong_type("stream", "a boolean")),
+        };
+        let has_tools = match object.get("tools") {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(tools)) => !tools.is_empty(),
+            Some(_) => return Err(wrong_type("tools", "an array")),
+        };
+        Ok(Self {
+            model,
+            messages,
+            stream,
+            has_tools,
+            object,
+        })
+    }
+
+    /// The body to send upstream: the client's request with `model` replaced.
+    pub fn body_for(&self, provider_model: &str) -> Vec<u8> {
+        let mut object = self.object.clone();
+        object.insert("model".to_owned(), Value::String(provider_model.to_owned()));
+        Value::Object(object).to_string().into_bytes()
+    }
+
+    /// The last user message's text, or empty.
+    pub fn last_user_text(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map_or("", |m| m.text.as_str())
+    }
+
+    /// Number of user messages.
+    pub fn user_turns(&self) -> usize {
+        self.messages.iter().filter(|m| m.role == "user").count()
+    }
+
+    /// True when any message carries an image.
+    pub fn has_images(&self) -> bool {
+        self.messages.iter().any(|m| m.has_image)
+    }
+}
+
+fn wrong_type(field: impl Into<String>, expected: &'static str) -> RequestError {
+    RequestError::WrongType {
+        field: field.into(),
+        expected,
+    }
+}
+
+fn parse_messages(items: &[Value]) -> Result<Vec<Message>, RequestError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse_message(i, item))
+        .collect()
+}
+
+fn parse_message(index: usize, item: &Value) -> Result<Message, RequestError> {
+    let Value::Object(fields) = item else {
+        return Err(wrong_type(format!("messages[{index}]"), "an object"));
+    };
+    let role = match fields.get("role") {
+        Some(Value::String(role)) => role.clone(),
+        None => {
+            return Err(wrong_type(
+                format!("messages[{index}].role"),
+                "a string (it is missing)",
+            ))
+        }
+        Some(_) => return Err(wrong_type(format!("messages[{index}].role"), "a string")),
+    };
+    let (text, has_image) = match fields.get("content") {
+        None | Some(Value::Null) => (String::new(), false),
+        Some(Value::String(text)) => (text.clone(), false),
+        Some(Value::Array(parts)) => parse_parts(index, parts)?,
+        Some(_) => {
+            return Err(wrong_type(
+                format!("messages[{index}].content"),
+                "a string, an array of content parts, or null",
+            ))
+        }
+    };
+    Ok(Message {
+        role,
+        text,
+        has_image,
+    })
+}
+
+fn parse_parts(index: usize, parts: &[Value]) -> Result<(String, bool), RequestError> {
+    let mut text = String::new();
+    let mut has_image = false;
+    for (j, part) in parts.iter().enumerate() {
+        let Some(kind) = part.get("type").and_then(Value::as_str) else {
+            return Err(wrong_type(
+                format!("messages[{index}].content[{j}].type"),
+                "a string",
+            ));
+        };
+        match kind {
+            "text" => {
+                let Some(part_text) = part.get("text").and_then(Value::as_str) else {
+                    return Err(wrong_type(
+                        format!("messages[{index}].content[{j}].text"),
+                        "a string",
+                    ));
+                };
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(part_text);
+            }
+            "image_url" | "input_image" => has_image = true,
+            _ => {}
+        }
+    }
+    Ok((text, has_image))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<ChatRequest, RequestError> {
+        ChatRequest::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn parses_text_and_parts_and_keeps_unknown_fields_when_rewriting() {
+        let request = parse(
+            r#"{"model":"mom/auto","temperature":0.2,"messages":[
+                {"role":"system","content":"be brief"},
+                {"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(request.last_user_text(), "hi");
+        assert!(request.has_images());
+        assert_eq!(request.user_turns(), 1);
+        let body: Value = serde_json::from_slice(&request.body_for("qwen")).unwrap();
+        assert_eq!(body["model"], "qwen");
+        assert_eq!(body["temperature"], 0.2);
+        assert_eq!(body["messages"][0]["content"], "be brief");
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_body_with_a_precise_error() {
+        assert_eq!(parse("  "), Err(RequestError::Empty));
+        assert!(matches!(
+            ChatRequest::parse(b"{\"model\":\"\xff\"}"),
+            Err(RequestError::NotUtf8 { offset: 10 })
+        ));
+        assert!(matches!(
+            parse("{nope"),
+            Err(RequestError::MalformedJson(_))
+        ));
+        assert_eq!(parse("[1]"), Err(RequestError::NotAnObject));
+        assert_eq!(
+            parse(r#"{"messages":[{"role":"user","content":"x"}]}"#),
+            Err(RequestError::MissingField("model"))
+        );
+        assert_eq!(
+            parse(r#"{"model":"m"}"#),
+            Err(RequestError::MissingField("messages"))
+        );
+        assert_eq!(
+            parse(r#"{"model":"m","messages":"hi"}"#)
+                .unwrap_err()
+                .to_string(),
+            "field `messages` must be a non-empty array of messages"
+        );
+        assert_eq!(
+            parse(r#"{"model":"m","messages":[{"role":1}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "field `messages[0].role` must be a string"
+        );
+        assert_eq!(
+            parse(r#"{"model":"m","stream":"yes","messages":[{"role":"user","content":"x"}]}"#)
+                .unwrap_err()
+                .to_string(),
+            "field `stream` must be a boolean"
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! Every metric mom-router exports, declared once with typed labels, encoded in the Prometheus
+//! text format at `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Labels of a routed request.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// Identity or concrete model requested.
+    pub identity: String,
+    /// Winning decision or `none`.
+    pub decision: String,
+    /// Logical model chosen.
+    pub model: String,
+}
+
+/// Labels of a request mom-router answered itself.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplyLabels {
+    /// `ok` (model list) or the error code.
+    pub code: String,
+    /// HTTP status.
+    pub status: u16,
+}
+
+/// Labels naming an ext_proc phase.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// `request_headers`, `request_body`, `response_headers`, `response_body`.
+    pub phase: &'static str,
+}
+
+/// Labels of a configuration reload.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `applied` or `rejected`.
+    pub result: &'static str,
+}
+
+/// Labels of an upstream response seen by mom-router.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    /// Logical model that answered.
+    pub model: String,
+    /// Status class: `2xx`, `4xx`, `5xx`, …
+    pub class: String,
+}
+
+/// The registry and every metric in it.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Requests forwarded upstream.
+    pub routed: Family<RouteLabels, Counter>,
+    /// Requests answered by mom-router itself.
+    pub replied: Family<ReplyLabels, Counter>,
+    /// Time mom-router spends on each ext_proc message.
+    pub phase_seconds: Family<PhaseLabels, Histogram>,
+    /// Upstream response statuses.
+    pub upstream_status: Family<StatusLabels, Counter>,
+    /// Seconds from forwarding a streaming request to its first response chunk.
+    pub first_chunk_seconds: Histogram,
+    /// Configuration reload attempts.
+    pub reloads: Family<ReloadLabels, Counter>,
+    /// ext_proc streams open now.
+    pub active_streams: Gauge,
+    /// ext_proc streams that ended with a gRPC error from Envoy's side.
+    pub stream_errors: Counter,
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_01, 2.0, 20))
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mom");
+        let routed = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "routed_requests",
+            "Requests forwarded upstream",
+            routed.clone(),
+        );
+        let replied = Family::<ReplyLabels, Counter>::default();
+        registry.register(
+            "immediate_replies",
+            "Requests answered by mom-router itself (model list, errors)",
+            replied.clone(),
+        );
+        let phase_seconds =
+            Family::<PhaseLabels, Histogram>::new_with_constructor(phase_histogram as fn() -> _);
+        registry.register(
+            "extproc_phase_seconds",
+            "Time spent handling one ext_proc message",
+            phase_seconds.clone(),
+        );
+        let upstream_status = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "upstream_responses",
+            "Upstream responses by model and status class",
+            upstream_status.clone(),
+        );
+        let first_chunk_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "stream_first_chunk_seconds",
+            "Seconds from forwarding a streaming request to its first response chunk",
+            first_chunk_seconds.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reload attempts",
+            reloads.clone(),
+        );
+        let active_streams = Gauge::default();
+        registry.register(
+            "extproc_active_streams",
+            "ext_proc streams open now",
+            active_streams.clone(),
+        );
+        let stream_errors = Counter::default();
+        registry.register(
+            "extproc_stream_errors",
+            "ext_proc streams that ended with a transport error",
+            stream_errors.clone(),
+        );
+        Self {
+            registry,
+            routed,
+            replied,
+            phase_seconds,
+            upstream_status,
+            first_chunk_seconds,
+            reloads,
+            active_streams,
+            stream_errors,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,151 @@
+//! Signals: typed evidence extracted from one request. This module owns the closed set of
+//! signal kinds, their compiled forms and their evaluation. Rule signals here cost microseconds
+//! and never perform I/O.
+
+mod authz;
+mod conversation;
+mod keyword;
+mod language;
+mod metadata;
+mod text;
+
+pub use authz::AuthzSignal;
+pub use conversation::{ConversationSignal, TokenRange};
+pub use keyword::{KeywordOperator, KeywordSignal};
+pub use language::LanguageSignal;
+pub use metadata::{HeaderPredicate, MetadataSignal};
+pub use text::Scope;
+
+use crate::llm::{ChatRequest, Headers};
+use serde::Serialize;
+
+/// A problem in one signal's definition: the field (relative to the signal) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalError {
+    /// Field path relative to the signal, e.g. `patterns[1]`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl SignalError {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The closed set of signal kinds, compiled.
+#[derive(Debug, Clone)]
+pub enum SignalKind {
+    /// Literal keywords and regular expressions.
+    Keyword(KeywordSignal),
+    /// Estimated prompt length in tokens.
+    ContextLength(TokenRange),
+    /// Conversation shape.
+    Conversation(ConversationSignal),
+    /// Detected language.
+    Language(LanguageSignal),
+    /// Roles from a trusted identity header.
+    Authz(AuthzSignal),
+    /// A request-header predicate.
+    Metadata(MetadataSignal),
+}
+
+impl SignalKind {
+    /// The kind's name as written in config (`type:`) and reported by `explain`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::Keyword(_) => "keyword",
+            Self::ContextLength(_) => "context_length",
+            Self::Conversation(_) => "conversation",
+            Self::Language(_) => "language",
+            Self::Authz(_) => "authz",
+            Self::Metadata(_) => "metadata",
+        }
+    }
+}
+
+/// A named, compiled signal.
+#[derive(Debug, Clone)]
+pub struct Signal {
+    /// Name referenced by decisions.
+    pub name: String,
+    /// What it computes.
+    pub kind: SignalKind,
+}
+
+/// What a signal found in one request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SignalResult {
+    /// The signal kind (`keyword`, `language`, …).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The signal name.
+    pub name: String,
+    /// Whether the signal's condition holds.
+    pub matched: bool,
+    /// Confidence in `matched`, 0..=1.
+    pub confidence: f64,
+    /// A measured quantity (token count, turns, hits), where the signal has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// A label (detected language, matched term, role), where the signal has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// The outcome of one evaluation before it is named.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Evidence {
+    /// Whether the condition holds.
+    pub matched: bool,
+    /// Confidence in `matched`.
+    pub confidence: f64,
+    /// Measured quantity.
+    pub value: Option<f64>,
+    /// Label.
+    pub label: Option<String>,
+}
+
+impl Evidence {
+    /// A certain yes or no with no value or label.
+    pub fn certain(matched: bool) -> Self {
+        Self {
+            matched,
+            confidence: 1.0,
+            value: None,
+            label: None,
+        }
+    }
+}
+
+impl Signal {
+    /// Evaluates the signal on one request.
+    pub fn evaluate(&self, request: &ChatRequest, headers: &Headers) -> SignalResult {
+        let evidence = match &self.kind {
+            SignalKind::Keyword(signal) => signal.evaluate(request),
+            SignalKind::ContextLength(range) => conversation::context_length(range, request),
+            SignalKind::Conversation(signal) => signal.evaluate(request),
+            SignalKind::Language(signal) => signal.evaluate(request),
+            SignalKind::Authz(signal) => signal.evaluate(headers),
+            SignalKind::Metadata(signal) => signal.evaluate(headers),
+        };
+        let Evidence {
+            matched,
+            confidence,
+            value,
+            label,
+        } = evidence;
+        SignalResult {
+            kind: self.kind.type_name(),
+            name: self.name.clone(),
+            matched,
+            confidence,
+            value,
+            label,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! A deterministic FAKE OpenAI-compatible server for tests and the quickstart's `--fake` mode.
+//! It is not a language model: it echoes what it received so tests can check what the upstream
+//! saw (model id, headers, body length) and streams fixed SSE chunks with a pause between them.
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the fake server saw in one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Request headers (lower-case names).
+    pub headers: Vec<(String, String)>,
+    /// Request body.
+    pub body: Bytes,
+}
+
+/// The fake backend's identity and record of requests.
+#[derive(Debug, Clone)]
+pub struct FakeBackend {
+    /// Name reported in every reply (`x-fake-backend` header and message text).
+    pub name: String,
+    /// Pause between streamed chunks.
+    pub chunk_pause: Duration,
+    /// Every chat request received, in order.
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl FakeBackend {
+    /// A backend called `name`.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            chunk_pause: Duration::from_millis(150),
+            seen: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The routes.
+    pub fn router(self) -> Router {
+        Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/health", get(|| async { "ok" }))
+            .with_state(self)
+    }
+}
+
+async fn models(State(backend): State<FakeBackend>) -> impl IntoResponse {
+    json_response(
+        json!({"object":"list","data":[{"id": backend.name, "object":"model","owned_by":"fake"}]}),
+    )
+}
+
+async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Bytes) -> Response {
+    let pairs = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    if let Ok(mut seen) = backend.seen.lock() {
+        seen.push(Seen {
+            headers: pairs,
+            body: body.clone(),
+        });
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "fake backend: body is not JSON").into_response();
+    };
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let last = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let text = format!(
+        "[fake backend {}] model={model} echo: {}",
+        backend.name,
+        last.chars().take(60).collect::<String>()
+    );
+    let stream = request["stream"].as_bool().unwrap_or(false);
+    let tag = [("x-fake-backend", backend.name.clone())];
+    if !stream {
+        let reply = json!({
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+        });
+        return (tag, json_response(reply)).into_response();
+    }
+    let words: Vec<String> = text.split(' ').map(|w| format!("{w} ")).collect();
+    let pause = backend.chunk_pause;
+    let chunks = futures_util::stream::unfold(0usize, move |i| {
+        let words = words.clone();
+        let model = model.clone();
+        async move {
+            if i > words.len() {
+                return None;
+            }
+            if i > 0 {
+                tokio::time::sleep(pause).await;
+            }
+            let frame = if i == words.len() {
+                "data: [DONE]\n\n".to_owned()
+            } else {
+                let chunk = json!({
+                    "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {"content": words[i]}, "finish_reason": null}],
+                });
+                format!("data: {chunk}\n\n")
+            };
+            Some((Ok::<_, std::io::Error>(Bytes::from(frame)), i + 1))
+        }
+    });
+    (
+        tag,
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
+fn json_response(value: Value) -> Response {
+    ([("content-type", "application/json")], value.to_string()).into_response()
+}
+
+/// Serves `backend` on `listener` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, backend: FakeBackend) -> std::io::Result<()> {
+    axum::serve(listener, backend.router()).await
+}
