@@ -1,5 +1,11 @@
 //! One fixture per configuration failure: each file in `tests/fixtures/bad-config/` starts with
 //! `# expect: <error line>` comments, and `check-config` must print exactly those lines.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
 
 use std::path::Path;
 use std::process::Command;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy,
+# checks formatting and lints, validates every Envoy config, and runs every test, including the
+# suite that drives a real Envoy.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$MOM_ROOT"
+
+command -v cargo >/dev/null || die "cargo is required (https://rustup.rs)"
+export CARGO_TARGET_DIR="$(default_target_dir)"
+install_envoy
+say "envoy: $("$MOM_ENVOY_BIN" --version | grep -o 'version: [^ ]*')"
+
+say "cargo fmt --check"
+cargo fmt --check
+
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets --quiet -- -D warnings
+
+say "envoy --mode validate envoy/*.yaml"
+for config in envoy/*.yaml; do
+  "$MOM_ENVOY_BIN" --mode validate -c "$config" -l error >/dev/null \
+    || die "envoy rejected $config"
+  echo "  $config OK"
+done
+
+say "cargo test"
+cargo test --all-targets

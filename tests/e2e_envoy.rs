@@ -1,0 +1,527 @@
+//! End-to-end tests through a real Envoy (envoy/quickstart.yaml, ports rewritten), the in-process
+//! sidecar, and FAKE OpenAI backends that echo what they received.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::envoy::{self, Envoy};
+use support::fake_openai::FakeBackend;
+use support::sidecar::{quickstart_config, Sidecar};
+use support::{eventually, free_port};
+
+struct Stack {
+    envoy: Envoy,
+    sidecar: Option<Sidecar>,
+    backends: HashMap<&'static str, FakeBackend>,
+    client: reqwest::Client,
+    _servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(sidecar_running: bool) -> Self {
+        let mut ports = HashMap::new();
+        let mut backends = HashMap::new();
+        let mut servers = Vec::new();
+        for (fixed, name) in envoy::BACKENDS {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ports.insert(fixed, listener.local_addr().unwrap().port());
+            let mut backend = FakeBackend::new(name);
+            backend.chunk_pause = Duration::from_millis(200);
+            backends.insert(name, backend.clone());
+            servers.push(tokio::spawn(async move {
+                let _ = support::fake_openai::serve(listener, backend).await;
+            }));
+        }
+        let sidecar = if sidecar_running {
+            let sidecar = Sidecar::start(&quickstart_config(), 0).await;
+            ports.insert(envoy::SIDECAR, sidecar.grpc_port());
+            Some(sidecar)
+        } else {
+            ports.insert(envoy::SIDECAR, free_port());
+            None
+        };
+        for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
+            ports.insert(fixed, free_port());
+        }
+        let envoy = Envoy::start(ports).await;
+        Self {
+            envoy,
+            sidecar,
+            backends,
+            client: reqwest::Client::new(),
+            _servers: servers,
+        }
+    }
+
+    fn url(&self, path: &str, marker: &str) -> String {
+        format!("{}{path}?t={marker}", self.envoy.public_url())
+    }
+
+    async fn chat(&self, body: &Value, marker: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/chat/completions", marker))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    fn requests_seen(&self) -> usize {
+        self.backends
+            .values()
+            .map(|b| b.seen.lock().unwrap().len())
+            .sum()
+    }
+}
+
+fn ask(text: &str) -> Value {
+    json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]})
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
+    let stack = Stack::start().await;
+    let cases = [
+        (
+            "maths",
+            "Solve 12 * 7 and explain the steps",
+            "qwen2.5-coder-0.5b",
+            "math",
+        ),
+        (
+            "code",
+            "Write a python function that reverses a list",
+            "qwen2.5-coder-0.5b",
+            "code",
+        ),
+        (
+            "smalltalk",
+            "Hi! How are you today?",
+            "smollm2-135m",
+            "none",
+        ),
+        (
+            "long",
+            &"Tell me a story about the sea. ".repeat(300),
+            "gemma3-270m",
+            "long_context",
+        ),
+    ];
+    for (marker, text, model, decision) in cases {
+        let response = stack.chat(&ask(text), marker).await;
+        assert_eq!(response.status(), 200, "{marker}");
+        assert_eq!(header(&response, "x-fake-backend"), model, "{marker}");
+        assert_eq!(header(&response, "x-mom-model"), model, "{marker}");
+        assert_eq!(header(&response, "x-mom-decision"), decision, "{marker}");
+        assert_eq!(header(&response, "x-mom-identity"), "mom/auto");
+        assert_eq!(header(&response, "x-mom-identity-version"), "1");
+        assert_eq!(header(&response, "x-mom-response-path"), "upstream");
+        assert!(header(&response, "x-mom-config-version").starts_with("quickstart-1@"));
+        let log = stack.envoy.access_log_line(marker).await;
+        assert_eq!(log["upstream_cluster"], model, "{marker}: {log}");
+        assert_eq!(log["status"], 200);
+        assert_eq!(log["mom_identity"], "mom/auto");
+        assert_eq!(log["mom_decision"], decision);
+        assert_eq!(log["mom_model"], model);
+        assert_eq!(log["mom_algorithm"], "static");
+        assert_eq!(log["mom_confidence"], 1.0);
+        assert!(log["mom_config_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("quickstart-1@"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_sees_the_provider_model_and_a_correct_content_length() {
+    let stack = Stack::start().await;
+    let body = json!({"model": "mom/auto", "temperature": 0.1,
+        "messages": [{"role": "user", "content": "debug this rust borrow error"}]});
+    let response = stack.chat(&body, "rewrite").await;
+    assert_eq!(response.status(), 200);
+    let seen = stack.backends["qwen2.5-coder-0.5b"].seen.lock().unwrap()[0].clone();
+    let upstream: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(upstream["model"], "Qwen2.5-Coder-0.5B-Instruct");
+    assert_eq!(upstream["temperature"], 0.1);
+    let length = seen
+        .headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .unwrap();
+    assert_eq!(length.1, seen.body.len().to_string());
+    let selected = seen
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-selected-model")
+        .unwrap();
+    assert_eq!(selected.1, "qwen2.5-coder-0.5b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_spoofed_selected_model_header_is_overwritten() {
+    let stack = Stack::start().await;
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "spoof"))
+        .header("x-selected-model", "gemma3-270m")
+        .header("x-mom-internal-token", "guess")
+        .body(ask("hello friend").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-fake-backend"), "smollm2-135m");
+    let seen = stack.backends["smollm2-135m"].seen.lock().unwrap()[0].clone();
+    let values: Vec<&String> = seen
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "x-selected-model")
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, vec!["smollm2-135m"]);
+    assert!(!seen
+        .headers
+        .iter()
+        .any(|(k, _)| k == "x-mom-internal-token"));
+    assert!(stack.backends["gemma3-270m"]
+        .seen
+        .lock()
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_through_chunk_by_chunk() {
+    let stack = Stack::start().await;
+    let mut body = ask("write a rust function to add numbers");
+    body["stream"] = json!(true);
+    let started = Instant::now();
+    let mut response = stack.chat(&body, "sse").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "content-type"), "text/event-stream");
+    assert_eq!(header(&response, "x-mom-model"), "qwen2.5-coder-0.5b");
+    let mut arrivals = Vec::new();
+    let mut text = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        arrivals.push(started.elapsed());
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+    assert!(frames.len() >= 8, "{frames:?}");
+    assert_eq!(*frames.last().unwrap(), "data: [DONE]");
+    // The backend pauses 200 ms between frames: a buffered response would arrive at once.
+    assert!(
+        arrivals.len() >= 5,
+        "frames arrived in {} reads",
+        arrivals.len()
+    );
+    let spread = *arrivals.last().unwrap() - arrivals[0];
+    assert!(
+        spread >= Duration::from_millis(800),
+        "all chunks within {spread:?}"
+    );
+    let log = stack.envoy.access_log_line("sse").await;
+    assert_eq!(log["mom_decision"], "code");
+    let metrics = reqwest::get(format!(
+        "{}/metrics",
+        stack.sidecar.as_ref().unwrap().admin_url()
+    ))
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains("mom_stream_first_chunk_seconds_count 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_list_and_explicit_models_are_served() {
+    let stack = Stack::start().await;
+    let list: Value = stack
+        .client
+        .get(stack.url("/v1/models", "models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            "mom/auto",
+            "smollm2-135m",
+            "qwen2.5-coder-0.5b",
+            "gemma3-270m"
+        ]
+    );
+    let explicit =
+        json!({"model": "gemma3-270m", "messages": [{"role": "user", "content": "write python"}]});
+    let response = stack.chat(&explicit, "explicit").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-fake-backend"), "gemma3-270m");
+    assert_eq!(header(&response, "x-mom-algorithm"), "passthrough");
+    assert_eq!(stack.requests_seen(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_input_gets_an_openai_error_and_the_sidecar_keeps_serving() {
+    let stack = Stack::start().await;
+    let chat = "/v1/chat/completions";
+    let big = "x".repeat(2 * 1024 * 1024);
+    type Case<'a> = (&'a str, &'a str, &'a str, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "malformed",
+            "POST",
+            chat,
+            b"{\"model\": ".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "nomessages",
+            "POST",
+            chat,
+            br#"{"model":"mom/auto"}"#.to_vec(),
+            400,
+            "missing_field",
+        ),
+        (
+            "wrongtype",
+            "POST",
+            chat,
+            br#"{"model":"mom/auto","messages":"hi"}"#.to_vec(),
+            400,
+            "invalid_type",
+        ),
+        (
+            "unknown",
+            "POST",
+            chat,
+            br#"{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+            400,
+            "model_not_found",
+        ),
+        (
+            "oversize",
+            "POST",
+            chat,
+            big.into_bytes(),
+            413,
+            "request_too_large",
+        ),
+        (
+            "notutf8",
+            "POST",
+            chat,
+            b"{\"model\":\"mom/auto\xff\"}".to_vec(),
+            400,
+            "invalid_encoding",
+        ),
+        ("empty", "POST", chat, Vec::new(), 400, "empty_body"),
+        (
+            "wrongpath",
+            "POST",
+            "/v1/embeddings",
+            b"{}".to_vec(),
+            404,
+            "not_found",
+        ),
+        (
+            "wrongmethod",
+            "DELETE",
+            chat,
+            Vec::new(),
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (marker, method, path, body, status, code) in cases {
+        let response = stack
+            .client
+            .request(method.parse().unwrap(), stack.url(path, marker))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{marker}");
+        assert_eq!(
+            header(&response, "content-type"),
+            "application/json",
+            "{marker}"
+        );
+        assert_eq!(
+            header(&response, "x-mom-response-path"),
+            "immediate",
+            "{marker}"
+        );
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], code, "{marker}: {error}");
+        assert!(
+            error["error"]["message"].as_str().unwrap().len() > 10,
+            "{marker}"
+        );
+        assert!(error["error"]["type"].is_string(), "{marker}");
+        let log = stack.envoy.access_log_line(marker).await;
+        assert_eq!(log["mom_error"], code, "{marker}");
+        assert_eq!(log["upstream_cluster"], Value::Null, "{marker}");
+    }
+    assert_eq!(
+        stack.requests_seen(),
+        0,
+        "a bad request reached an upstream"
+    );
+    let response = stack.chat(&ask("still there?"), "after").await;
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_applies_valid_and_rejects_invalid_config_while_requests_flow() {
+    let stack = Arc::new(Stack::start().await);
+    let sidecar = stack.sidecar.as_ref().unwrap();
+    let original = sidecar.version();
+    let failures = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stack, failures, sent, stop) =
+            (stack.clone(), failures.clone(), sent.clone(), stop.clone());
+        tokio::spawn(async move {
+            for i in 0..2000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let response = stack
+                    .chat(&ask("write python code"), &format!("load{i}"))
+                    .await;
+                sent.fetch_add(1, Ordering::Relaxed);
+                if response.status() != 200 {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let valid = quickstart_config()
+        .replace("version: quickstart-1", "version: quickstart-2")
+        .replace(
+            "rules: { signal: code }\n    modelRefs: [{ model: qwen2.5-coder-0.5b }]",
+            "rules: { signal: code }\n    modelRefs: [{ model: gemma3-270m }]",
+        );
+    assert_ne!(valid, quickstart_config());
+    sidecar.rewrite_config(&valid);
+    let routed = eventually(Duration::from_secs(10), async || {
+        let response = stack.chat(&ask("write python code"), "probe-valid").await;
+        (header(&response, "x-mom-model") == "gemma3-270m").then_some(())
+    })
+    .await;
+    assert!(routed.is_some(), "valid reload never took effect");
+    let applied = sidecar.version();
+    assert!(applied.starts_with("quickstart-2@") && applied != original);
+
+    sidecar.rewrite_config(&valid.replace(
+        "modelRefs: [{ model: gemma3-270m }]",
+        "modelRefs: [{ model: nope }]",
+    ));
+    let metrics_url = format!("{}/metrics", sidecar.admin_url());
+    let rejected = eventually(Duration::from_secs(10), async || {
+        let text = reqwest::get(&metrics_url).await.ok()?.text().await.ok()?;
+        text.contains("mom_config_reloads_total{result=\"rejected\"} 1")
+            .then_some(())
+    })
+    .await;
+    assert!(rejected.is_some(), "invalid reload was not counted");
+    let response = stack.chat(&ask("write python code"), "probe-invalid").await;
+    assert_eq!(header(&response, "x-mom-model"), "gemma3-270m");
+    assert_eq!(sidecar.version(), applied);
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert!(
+        sent.load(Ordering::Relaxed) >= 5,
+        "too little traffic during reloads"
+    );
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "requests failed during reloads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_down_fails_closed_with_a_json_error_and_nothing_reaches_a_model() {
+    let stack = Stack::start_with(false).await;
+    let response = stack.chat(&ask("hello"), "down").await;
+    assert_eq!(response.status(), 500);
+    assert_eq!(header(&response, "content-type"), "application/json");
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["type"], "gateway_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ext_proc"),
+        "{error}"
+    );
+    assert_eq!(stack.requests_seen(), 0);
+    let log = stack.envoy.access_log_line("down").await;
+    assert_eq!(log["upstream_cluster"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_listener_routes_on_the_header_without_the_sidecar() {
+    let stack = Stack::start_with(false).await;
+    let url = format!(
+        "http://127.0.0.1:{}/v1/chat/completions",
+        stack.envoy.port(envoy::INTERNAL)
+    );
+    let response = stack
+        .client
+        .post(url)
+        .header("x-selected-model", "gemma3-270m")
+        .body(
+            json!({"model": "gemma-3-270m", "messages": [{"role": "user", "content": "hi"}]})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-fake-backend"), "gemma3-270m");
+}

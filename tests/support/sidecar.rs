@@ -1,0 +1,64 @@
+//! mom-router started in-process on loopback ports, with its configuration in a temp file so
+//! tests can rewrite it and watch the hot reload.
+
+use mom_router::app::{self, Running, ServeOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A running sidecar and the file it reloads from.
+pub struct Sidecar {
+    /// The running servers.
+    pub running: Running,
+    /// The configuration file.
+    pub config: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Sidecar {
+    /// Starts mom-router with `config_text` on `grpc_port` (0 for any).
+    pub async fn start(config_text: &str, grpc_port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, config_text).unwrap();
+        let running = app::start(ServeOptions {
+            config: config.clone(),
+            grpc_listen: Some(format!("127.0.0.1:{grpc_port}")),
+            admin_listen: Some("127.0.0.1:0".to_owned()),
+            reload_interval: Duration::from_millis(50),
+        })
+        .await
+        .unwrap();
+        Self {
+            running,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// The ext_proc port.
+    pub fn grpc_port(&self) -> u16 {
+        self.running.grpc_addr.unwrap().port()
+    }
+
+    /// The admin base URL.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.running.admin_addr)
+    }
+
+    /// Replaces the configuration file atomically (write + rename, as editors and Kubernetes do).
+    pub fn rewrite_config(&self, text: &str) {
+        let staging = self.config.with_extension("staging");
+        std::fs::write(&staging, text).unwrap();
+        std::fs::rename(&staging, &self.config).unwrap();
+    }
+
+    /// The live configuration version.
+    pub fn version(&self) -> String {
+        self.running.store.snapshot().version.clone()
+    }
+}
+
+/// The quickstart policy shipped in `examples/`.
+pub fn quickstart_config() -> String {
+    std::fs::read_to_string(super::repo().join("examples/quickstart/config.yaml")).unwrap()
+}
