@@ -1,0 +1,112 @@
+//! Layers import only downward (ARCHITECTURE.md §4): a module may name `crate::x` only when `x`
+//! sits in a lower layer. `decision/` stays pure: no async runtime, no backend.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+use std::path::Path;
+
+/// Top-level modules by layer, top first. A module may import only from later layers.
+const LAYERS: &[&[&str]] = &[
+    &["cli"],
+    &["app"],
+    &["extproc", "admin"],
+    &["engine"],
+    &["config"],
+    &["signals", "decision", "selection"],
+    &["llm"],
+    &["observability"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn crate_references(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            found.push(name);
+        }
+    }
+    found
+}
+
+#[test]
+fn every_module_imports_only_from_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap();
+        let first = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs");
+        let Some(own) = layer_of(module) else {
+            assert!(
+                ["lib", "main"].contains(&module),
+                "{} is not assigned a layer",
+                relative.display()
+            );
+            continue;
+        };
+        let text = std::fs::read_to_string(file).unwrap();
+        for target in crate_references(&text) {
+            let target_layer = layer_of(&target).unwrap_or_else(|| {
+                panic!("{}: unknown module crate::{target}", relative.display())
+            });
+            if target != module && target_layer <= own {
+                violations.push(format!("{} imports crate::{target}", relative.display()));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} imports scanned");
+    assert!(
+        violations.is_empty(),
+        "upward or sideways imports:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn decisions_stay_free_of_the_async_runtime_and_backends() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/decision");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(!files.is_empty());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for forbidden in ["tokio", "tonic", "envoy_types", "crate::"] {
+            assert!(
+                !text.contains(forbidden),
+                "{} mentions {forbidden}",
+                file.display()
+            );
+        }
+    }
+}
