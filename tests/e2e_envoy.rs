@@ -156,6 +156,44 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn premium_canary_traffic_is_split_by_weight_and_others_are_not() {
+    let stack = Stack::start().await;
+    let mut served = std::collections::BTreeMap::new();
+    for i in 0..24 {
+        let response = stack
+            .client
+            .post(stack.url("/v1/chat/completions", &format!("canary{i}")))
+            .header("x-mom-user-roles", "staff, premium")
+            .header("x-mom-canary", "true")
+            .body(ask("tell me a fun fact").to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-mom-decision"), "premium_canary");
+        assert_eq!(header(&response, "x-mom-algorithm"), "weighted");
+        assert_eq!(
+            header(&response, "x-mom-model"),
+            header(&response, "x-fake-backend")
+        );
+        *served
+            .entry(header(&response, "x-fake-backend"))
+            .or_insert(0) += 1;
+    }
+    let models: Vec<&String> = served.keys().collect();
+    assert_eq!(models, vec!["gemma3-270m", "smollm2-135m"], "{served:?}");
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "not-premium"))
+        .header("x-mom-canary", "true")
+        .body(ask("tell me a fun fact").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&response, "x-mom-decision"), "none");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_sees_the_provider_model_and_a_correct_content_length() {
     let stack = Stack::start().await;
     let body = json!({"model": "mom/auto", "temperature": 0.1,

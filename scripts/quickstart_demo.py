@@ -1,0 +1,108 @@
+"""The quickstart's sample requests: each goes through Envoy on 127.0.0.1:10000; for each the
+demo prints mom-router's decision (x-mom-* headers), the start of the answer, and the matching
+Envoy access-log line. Usage: quickstart_demo.py ACCESS_LOG MODE"""
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ENVOY = "http://127.0.0.1:10000"
+ACCESS_LOG, MODE = sys.argv[1], sys.argv[2]
+
+
+def chat(text, model="mom/auto", stream=False):
+    body = {"model": model, "max_tokens": 40, "messages": [{"role": "user", "content": text}]}
+    if stream:
+        body["stream"] = True
+    return json.dumps(body).encode()
+
+
+SAMPLES = [
+    ("maths", "POST", "/v1/chat/completions", chat("Solve 12 * 7 and explain the steps.")),
+    ("code", "POST", "/v1/chat/completions", chat("Write a python function that reverses a string.")),
+    ("small talk", "POST", "/v1/chat/completions", chat("Hi there! What is the capital of France?")),
+    ("long context", "POST", "/v1/chat/completions",
+     chat("Summarise this: " + "The tide rose over the harbour wall. " * 120)),
+    ("explicit model", "POST", "/v1/chat/completions", chat("Say hello.", model="gemma3-270m")),
+    ("premium canary", "POST", "/v1/chat/completions", chat("Tell me a fun fact."),
+     {"x-mom-user-roles": "premium", "x-mom-canary": "true"}),
+    ("streaming", "POST", "/v1/chat/completions", chat("Write a rust function that adds two numbers.", stream=True)),
+    ("malformed body", "POST", "/v1/chat/completions", b'{"model": "mom/auto", "messages": '),
+    ("unknown model", "POST", "/v1/chat/completions", chat("hi", model="gpt-9")),
+    ("model list", "GET", "/v1/models", None),
+]
+
+
+def access_log_line(marker, timeout=3.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(ACCESS_LOG, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if marker in line:
+                    return json.loads(line)
+        time.sleep(0.1)
+    return None
+
+
+def answer_of(body, streamed):
+    try:
+        if streamed:
+            parts = []
+            for frame in body.decode().split("\n\n"):
+                if frame.startswith("data: {"):
+                    delta = json.loads(frame[6:])["choices"][0]["delta"]
+                    parts.append(delta.get("content") or "")
+            return "".join(parts)
+        doc = json.loads(body)
+        if "error" in doc:
+            return "error: " + doc["error"]["message"]
+        if doc.get("object") == "list":
+            return "models: " + ", ".join(m["id"] for m in doc["data"])
+        return doc["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError):
+        return body[:120].decode(errors="replace")
+
+
+def main():
+    print(f"\nmom-router quickstart ({'FAKE echo backends' if MODE == 'fake' else 'real llama.cpp models'})\n")
+    for i, (label, method, path, body, *extra) in enumerate(SAMPLES):
+        marker = f"demo={i}"
+        request = urllib.request.Request(f"{ENVOY}{path}?{marker}", data=body, method=method)
+        request.add_header("content-type", "application/json")
+        for name, value in (extra[0] if extra else {}).items():
+            request.add_header(name, value)
+        started = time.time()
+        chunks = 0
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                status, headers = response.status, response.headers
+                raw = b""
+                while True:
+                    piece = response.read1(65536) if hasattr(response, "read1") else response.read()
+                    if not piece:
+                        break
+                    chunks += 1
+                    raw += piece
+        except urllib.error.HTTPError as error:
+            status, headers, raw = error.code, error.headers, error.read()
+        elapsed = time.time() - started
+        streamed = "text/event-stream" in (headers.get("content-type") or "")
+        print(f"── {label}: {method} {path}  →  {status} in {elapsed:.2f}s")
+        print(f"   decision={headers.get('x-mom-decision', '-')}  model={headers.get('x-mom-model', '-')}"
+              f"  algorithm={headers.get('x-mom-algorithm', '-')}  path={headers.get('x-mom-response-path', '-')}")
+        if streamed:
+            print(f"   streamed in {chunks} reads")
+        answer = " ".join(answer_of(raw, streamed).split())
+        print(f"   answer: {answer[:150]}")
+        line = access_log_line(marker)
+        if line:
+            keep = {k: line[k] for k in ("status", "upstream_cluster", "mom_identity", "mom_decision",
+                                         "mom_model", "mom_algorithm", "mom_confidence",
+                                         "mom_config_version", "mom_error") if line.get(k) is not None}
+            print(f"   access log: {json.dumps(keep)}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
