@@ -1,1 +1,102 @@
-fn main() {}
+//! In-process cost of the request-body phase: parse, rule signals, decision, selection, body
+//! rewrite, and the ext_proc reply, on the quickstart policy. `cargo bench --bench pipeline`.
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark without its fixture should stop loudly"
+)]
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest,
+};
+use mom_router::config;
+use mom_router::engine;
+use mom_router::extproc::stream::StreamState;
+use mom_router::llm::Headers;
+use mom_router::observability::Metrics;
+use std::hint::black_box;
+use std::sync::Arc;
+
+fn body(text: &str) -> Vec<u8> {
+    serde_json::json!({"model": "mom/auto", "temperature": 0.2,
+        "messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": text}]})
+    .to_string()
+    .into_bytes()
+}
+
+fn message(request: Request) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(request),
+        ..Default::default()
+    }
+}
+
+fn pipeline(c: &mut Criterion) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/quickstart/config.yaml"
+    );
+    let snapshot = Arc::new(config::load(std::path::Path::new(path)).expect("quickstart config"));
+    let headers = Headers::new([
+        (":method".to_owned(), "POST".to_owned()),
+        (":path".to_owned(), "/v1/chat/completions".to_owned()),
+        ("x-request-id".to_owned(), "bench-1".to_owned()),
+    ]);
+    let prompts = [
+        ("small_talk", body("Hi there! How are you today?")),
+        (
+            "code",
+            body("Write a python function that reverses a linked list, with tests."),
+        ),
+        (
+            "long",
+            body(&"The tide rose over the harbour wall. ".repeat(200)),
+        ),
+    ];
+    let mut group = c.benchmark_group("engine_on_request_body");
+    for (name, bytes) in &prompts {
+        group.bench_function(*name, |b| {
+            b.iter(|| engine::on_request_body(&snapshot, &headers, black_box(bytes)))
+        });
+    }
+    group.finish();
+
+    let metrics = Arc::new(Metrics::new());
+    let envoy_headers = HttpHeaders {
+        headers: Some(HeaderMap {
+            headers: [(":method", "POST"), (":path", "/v1/chat/completions")]
+                .iter()
+                .map(|(k, v)| HeaderValue {
+                    key: (*k).to_owned(),
+                    raw_value: v.as_bytes().to_vec(),
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+        ..Default::default()
+    };
+    c.bench_function("extproc_stream_headers_and_body/code", |b| {
+        b.iter_batched(
+            || {
+                (
+                    StreamState::new(snapshot.clone(), metrics.clone()),
+                    message(Request::RequestHeaders(envoy_headers.clone())),
+                    message(Request::RequestBody(HttpBody {
+                        body: prompts[1].1.clone(),
+                        end_of_stream: true,
+                        ..Default::default()
+                    })),
+                )
+            },
+            |(mut stream, headers, body)| {
+                black_box(stream.handle(headers));
+                black_box(stream.handle(body))
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, pipeline);
+criterion_main!(benches);

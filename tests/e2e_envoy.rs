@@ -33,6 +33,11 @@ impl Stack {
     }
 
     async fn start_with(sidecar_running: bool) -> Self {
+        Self::start_full(sidecar_running, None).await
+    }
+
+    /// `unix`: run the sidecar on this Unix socket and point Envoy's cluster at it.
+    async fn start_full(sidecar_running: bool, unix: Option<&std::path::Path>) -> Self {
         let mut ports = HashMap::new();
         let mut backends = HashMap::new();
         let mut servers = Vec::new();
@@ -46,7 +51,11 @@ impl Stack {
                 let _ = support::fake_openai::serve(listener, backend).await;
             }));
         }
-        let sidecar = if sidecar_running {
+        let sidecar = if let Some(socket) = unix {
+            let listen = format!("unix:{}", socket.display());
+            ports.insert(envoy::SIDECAR, free_port());
+            Some(Sidecar::start_on(&quickstart_config(), &listen).await)
+        } else if sidecar_running {
             let sidecar = Sidecar::start(&quickstart_config(), 0).await;
             ports.insert(envoy::SIDECAR, sidecar.grpc_port());
             Some(sidecar)
@@ -57,7 +66,14 @@ impl Stack {
         for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
             ports.insert(fixed, free_port());
         }
-        let envoy = Envoy::start(ports).await;
+        let envoy = match unix {
+            Some(socket) => {
+                let pipe = format!("pipe: {{ path: {} }}", socket.display());
+                let tcp = "socket_address: { address: 127.0.0.1, port_value: 50051 }";
+                Envoy::start_edited(ports, &[(tcp, pipe.as_str())]).await
+            }
+            None => Envoy::start(ports).await,
+        };
         Self {
             envoy,
             sidecar,
@@ -540,6 +556,17 @@ async fn sidecar_down_fails_closed_with_a_json_error_and_nothing_reaches_a_model
     assert_eq!(stack.requests_seen(), 0);
     let log = stack.envoy.access_log_line("down").await;
     assert_eq!(log["upstream_cluster"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_serves_envoy_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("mom-router.sock");
+    let stack = Stack::start_full(true, Some(&socket)).await;
+    let response = stack.chat(&ask("write a python script"), "unix").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-decision"), "code");
+    assert_eq!(header(&response, "x-fake-backend"), "qwen2.5-coder-0.5b");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! The tonic service: one spawned task owns each ext_proc stream, reading Envoy's messages and
-//! answering each through a bounded channel.
+//! The tonic service: each ext_proc stream's state lives in its reply stream, which reads one
+//! message from Envoy and yields one reply, in order; nothing is queued beyond that.
 
 use super::stream::StreamState;
 use crate::config::ConfigStore;
@@ -11,8 +11,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest gRPC message accepted from Envoy (a buffered request body plus headers). Bodies over
@@ -59,30 +57,31 @@ impl ExternalProcessor for ExtProcService {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(4);
-        let mut state = StreamState::new(self.store.snapshot(), self.metrics.clone());
-        let metrics = self.metrics.clone();
-        metrics.active_streams.inc();
-        tokio::spawn(async move {
-            let _active = ActiveStream(metrics.clone());
-            while let Some(message) = inbound.next().await {
-                let message = match message {
-                    Ok(message) => message,
-                    Err(status) => {
-                        metrics.stream_errors.inc();
-                        tracing::debug!(%status, "ext_proc stream ended with an error");
-                        break;
+        let inbound = request.into_inner();
+        let state = StreamState::new(self.store.snapshot(), self.metrics.clone());
+        self.metrics.active_streams.inc();
+        let active = ActiveStream(self.metrics.clone());
+        // The response stream owns the stream state: each message from Envoy is handled when
+        // tonic polls for the next reply, with no extra task or channel hop.
+        let replies = futures_util::stream::unfold(
+            (inbound, state, active),
+            |(mut inbound, mut state, active)| async move {
+                loop {
+                    match inbound.next().await? {
+                        Ok(message) => {
+                            if let Some(reply) = state.handle(message) {
+                                return Some((Ok(reply), (inbound, state, active)));
+                            }
+                        }
+                        Err(status) => {
+                            active.0.stream_errors.inc();
+                            tracing::debug!(%status, "ext_proc stream ended with an error");
+                            return None;
+                        }
                     }
-                };
-                let Some(response) = state.handle(message) else {
-                    continue;
-                };
-                if tx.send(Ok(response)).await.is_err() {
-                    break;
                 }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+            },
+        );
+        Ok(Response::new(Box::pin(replies)))
     }
 }

@@ -55,8 +55,20 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy with `ports` replacing the quickstart's fixed ports, and waits until ready.
     pub async fn start(ports: HashMap<u16, u16>) -> Self {
+        Self::start_edited(ports, &[]).await
+    }
+
+    /// Like [`Envoy::start`], also replacing each `(from, to)` text in the config first.
+    pub async fn start_edited(ports: HashMap<u16, u16>, edits: &[(&str, &str)]) -> Self {
         let mut config =
             std::fs::read_to_string(super::repo().join("envoy/quickstart.yaml")).unwrap();
+        for (from, to) in edits {
+            assert!(
+                config.contains(from),
+                "envoy/quickstart.yaml has no {from:?}"
+            );
+            config = config.replace(from, to);
+        }
         for (fixed, actual) in &ports {
             config = config.replace(
                 &format!("port_value: {fixed} "),

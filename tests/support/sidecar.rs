@@ -17,12 +17,17 @@ pub struct Sidecar {
 impl Sidecar {
     /// Starts mom-router with `config_text` on `grpc_port` (0 for any).
     pub async fn start(config_text: &str, grpc_port: u16) -> Self {
+        Self::start_on(config_text, &format!("127.0.0.1:{grpc_port}")).await
+    }
+
+    /// Starts mom-router with its ext_proc server on `listen` (`IP:PORT` or `unix:/path`).
+    pub async fn start_on(config_text: &str, listen: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yaml");
         std::fs::write(&config, config_text).unwrap();
         let running = app::start(ServeOptions {
             config: config.clone(),
-            grpc_listen: Some(format!("127.0.0.1:{grpc_port}")),
+            grpc_listen: Some(listen.to_owned()),
             admin_listen: Some("127.0.0.1:0".to_owned()),
             reload_interval: Duration::from_millis(50),
         })

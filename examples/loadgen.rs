@@ -1,0 +1,129 @@
+//! Closed-loop HTTP load generator for `scripts/load.sh`: runs the same chat request against
+//! several targets in interleaved rounds and prints p50/p99 latency per target and concurrency.
+//!
+//! `cargo run --release --example loadgen -- COUNT CONCURRENCY NAME=URL[|HEADER:VALUE]...`
+
+use anyhow::{bail, Context};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Target {
+    name: String,
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+fn parse_target(arg: &str) -> anyhow::Result<Target> {
+    let (name, rest) = arg.split_once('=').context("target must be NAME=URL")?;
+    let mut parts = rest.split('|');
+    let url = parts.next().context("missing URL")?.to_owned();
+    let headers = parts
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .context("header must be NAME:VALUE")
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Target {
+        name: name.to_owned(),
+        url,
+        headers,
+    })
+}
+
+async fn run(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Arc<String>,
+    count: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let per_worker = count / concurrency;
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let client = client.clone();
+        let url = target.url.clone();
+        let headers = target.headers.clone();
+        let body = body.clone();
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_worker);
+            for _ in 0..per_worker {
+                let mut request = client.post(&url).body(body.as_str().to_owned());
+                for (k, v) in &headers {
+                    request = request.header(k, v);
+                }
+                let started = Instant::now();
+                let response = request.send().await?;
+                let status = response.status();
+                response.bytes().await?;
+                if !status.is_success() {
+                    bail!("{url}: status {status}");
+                }
+                latencies.push(started.elapsed());
+            }
+            Ok(latencies)
+        }));
+    }
+    let mut all = Vec::with_capacity(count);
+    for worker in workers {
+        all.extend(worker.await??);
+    }
+    Ok(all)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 {
+        bail!("usage: loadgen COUNT CONCURRENCY NAME=URL[|HEADER:VALUE]...");
+    }
+    let count: usize = args[0].parse()?;
+    let concurrency: usize = args[1].parse()?;
+    let targets: Vec<Target> = args[2..]
+        .iter()
+        .map(|a| parse_target(a))
+        .collect::<anyhow::Result<_>>()?;
+    let body = Arc::new(
+        serde_json::json!({"model": "mom/auto", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "Hi there! How are you today?"}]})
+        .to_string(),
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()?;
+    for target in &targets {
+        run(&client, target, &body, concurrency * 20, concurrency).await?;
+    }
+    const ROUNDS: usize = 5;
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); targets.len()];
+    for _ in 0..ROUNDS {
+        for (i, target) in targets.iter().enumerate() {
+            samples[i].extend(run(&client, target, &body, count / ROUNDS, concurrency).await?);
+        }
+    }
+    let mut baseline: Option<(f64, f64)> = None;
+    let mut previous: Option<(f64, f64)> = None;
+    for (target, mut latencies) in targets.iter().zip(samples) {
+        latencies.sort();
+        let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+        let vs_previous = previous
+            .map(|(a, b)| format!("  +{:.3}/+{:.3} ms vs previous", p50 - a, p99 - b))
+            .unwrap_or_default();
+        let ratio = baseline
+            .map(|(a, b)| format!("  ×{:.2}/×{:.2} of first", p50 / a, p99 / b))
+            .unwrap_or_default();
+        println!(
+            "c={concurrency:<3} {:<22} n={:<6} p50 {p50:7.3} ms  p99 {p99:7.3} ms{ratio}{vs_previous}",
+            target.name,
+            latencies.len()
+        );
+        baseline.get_or_insert((p50, p99));
+        previous = Some((p50, p99));
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Side-by-side latency of the same request through: the upstream directly, Envoy alone (the
+# internal listener, routing on a fixed x-selected-model), and Envoy + mom-router (the public
+# listener, mom/auto). Same FAKE backend behind all three; interleaved rounds; concurrency 1 and
+# 16. Prints p50/p99, the ratios, and mom-router's resident memory. Not a test.
+#
+#   ./scripts/load.sh [COUNT]     (default 5000 requests per target and concurrency)
+#   ENVOY_CONFIG=… MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$MOM_ROOT"
+COUNT=${1:-5000}
+
+export CARGO_TARGET_DIR="$(default_target_dir)"
+install_envoy
+cargo build --release --quiet --bin mom-router --example fake_openai --example loadgen
+BIN="$CARGO_TARGET_DIR/release"
+RUN="$MOM_CACHE/load"
+mkdir -p "$RUN"
+PIDS=()
+cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for line in "8101 smollm2-135m" "8102 qwen2.5-coder-0.5b" "8103 gemma3-270m"; do
+  read -r port name <<<"$line"
+  "$BIN/examples/fake_openai" "$port" "$name" >"$RUN/$name.log" 2>&1 &
+  PIDS+=($!)
+done
+"$BIN/mom-router" serve --config examples/quickstart/config.yaml ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
+ROUTER=$!
+PIDS+=($ROUTER)
+"$MOM_ENVOY_BIN" -c "${ENVOY_CONFIG:-envoy/quickstart.yaml}" --disable-hot-restart --concurrency 1 -l error \
+  >/dev/null 2>"$RUN/envoy.log" &
+ENVOY=$!
+PIDS+=($ENVOY)
+for url in http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready http://127.0.0.1:8101/health; do
+  for _ in $(seq 1 100); do curl -sf -o /dev/null "$url" && break; sleep 0.1; done
+done
+
+cpu_ms() { # PID: user+system CPU time so far, in ms
+  awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"
+}
+
+say "$COUNT requests per target; Envoy --concurrency 1; $(nproc) cores"
+for concurrency in 1 16; do
+  "$BIN/examples/loadgen" "$COUNT" "$concurrency" \
+    "direct=http://127.0.0.1:8101/v1/chat/completions" \
+    "envoy=http://127.0.0.1:10001/v1/chat/completions|x-selected-model:smollm2-135m" \
+    "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions"
+done
+
+# CPU cost per request of each proxy, from a run through the full path only.
+router_before=$(cpu_ms $ROUTER); envoy_before=$(cpu_ms $ENVOY)
+"$BIN/examples/loadgen" "$COUNT" 16 "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions" >/dev/null
+router_cpu=$(( $(cpu_ms $ROUTER) - router_before )); envoy_cpu=$(( $(cpu_ms $ENVOY) - envoy_before ))
+total=$(( COUNT + 16 * 20 ))
+say "CPU per request through envoy+mom-router: mom-router $(( router_cpu * 1000 / total )) µs, Envoy $(( envoy_cpu * 1000 / total )) µs"
+say "mom-router memory: $(grep -E 'VmRSS|VmHWM' /proc/$ROUTER/status | tr -s ' \n' ' ')"
