@@ -4,6 +4,7 @@
 //! `cargo run --release --example loadgen -- COUNT CONCURRENCY NAME=URL[|HEADER:VALUE]...`
 
 use anyhow::{bail, Context};
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,11 +118,12 @@ async fn main() -> anyhow::Result<()> {
         let ratio = baseline
             .map(|(a, b)| format!("  ×{:.2}/×{:.2} of first", p50 / a, p99 / b))
             .unwrap_or_default();
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "c={concurrency:<3} {:<22} n={:<6} p50 {p50:7.3} ms  p99 {p99:7.3} ms{ratio}{vs_previous}",
             target.name,
             latencies.len()
-        );
+        )?;
         baseline.get_or_insert((p50, p99));
         previous = Some((p50, p99));
     }
