@@ -4,6 +4,10 @@
     clippy::expect_used,
     reason = "a benchmark without its fixture should stop loudly"
 )]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};

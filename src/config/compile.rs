@@ -148,6 +148,7 @@ fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
         grpc_listen: grpc_listen?,
         admin_listen: admin_listen?,
         max_body_bytes,
+        list_models: server.and_then(|s| s.list_models).unwrap_or(true),
     })
 }
 

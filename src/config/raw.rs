@@ -15,6 +15,8 @@ pub struct RawServer {
     /// Largest request body mom-router accepts, in bytes; larger gets 413. Keep it below
     /// Envoy's `per_connection_buffer_limit_bytes` so the client sees mom-router's JSON error.
     pub max_body_bytes: Option<u64>,
+    /// List concrete models (not only identities) in `GET /v1/models`; default true.
+    pub list_models: Option<bool>,
 }
 
 /// A concrete model served behind Envoy.

@@ -27,6 +27,8 @@ pub struct Server {
     pub admin_listen: SocketAddr,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: u64,
+    /// Whether `GET /v1/models` lists concrete models after the identities.
+    pub list_models: bool,
 }
 
 /// Price per million tokens.

@@ -10,7 +10,7 @@ mod trace;
 pub use error::{Fault, RouteError};
 pub use trace::Trace;
 
-use crate::config::{Identity, Snapshot};
+use crate::config::{Identity, Model, Snapshot};
 use crate::decision::{self, Fact};
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{self, request_key, Algorithm};
@@ -127,13 +127,13 @@ pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> R
         Err(e) => return refusal(snapshot, e.into()),
     };
     if let Some(identity) = snapshot.identity(&request.model) {
-        return route_identity(snapshot, identity, headers, &request, body);
+        let (trace, model) = route_identity(snapshot, identity, headers, &request, body);
+        return forward(trace, request, &snapshot.models[model]);
     }
     if let Some(index) = snapshot.model_index(&request.model) {
-        let model = &snapshot.models[index];
         let mut trace = Trace::empty(snapshot);
         trace.algorithm = "passthrough";
-        return forward(trace, &request, &model.name, &model.provider_model);
+        return forward(trace, request, &snapshot.models[index]);
     }
     let valid = snapshot
         .callable_names()
@@ -149,13 +149,14 @@ pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> R
     )
 }
 
+/// Runs the identity's signals and decisions; returns the evidence and the chosen model index.
 fn route_identity(
     snapshot: &Snapshot,
     identity: &Identity,
     headers: &Headers,
     request: &ChatRequest,
     body: &[u8],
-) -> Routed {
+) -> (Trace, usize) {
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
     for &index in &identity.signals {
@@ -194,22 +195,22 @@ fn route_identity(
             identity.default_model
         }
     };
-    let model = &snapshot.models[model_index];
-    forward(trace, request, &model.name, &model.provider_model)
+    (trace, model_index)
 }
 
-fn forward(mut trace: Trace, request: &ChatRequest, model: &str, provider_model: &str) -> Routed {
-    trace.model = Some(model.to_owned());
-    trace.provider_model = Some(provider_model.to_owned());
+fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
+    trace.model = Some(model.name.clone());
+    trace.provider_model = Some(model.provider_model.clone());
     if trace.identity.is_none() {
         trace.identity = Some(request.model.clone());
     }
+    let stream = request.stream;
     Routed {
         action: Action::Forward(Forward {
-            model: model.to_owned(),
-            provider_model: provider_model.to_owned(),
-            body: request.body_for(provider_model),
-            stream: request.stream,
+            model: model.name.clone(),
+            provider_model: model.provider_model.clone(),
+            body: request.into_body_for(&model.provider_model),
+            stream,
         }),
         trace,
     }

@@ -1,4 +1,5 @@
-//! `GET /v1/models`: identities first (with version and description), then concrete models.
+//! `GET /v1/models`: identities first (with version and description), then, unless
+//! `server.listModels` is false, the concrete models.
 
 use super::Reply;
 use crate::config::Snapshot;
@@ -11,7 +12,12 @@ pub(super) fn list(snapshot: &Snapshot) -> Reply {
             "kind": "identity", "version": i.version, "description": i.description,
         })
     });
-    let models = snapshot.models.iter().map(|m| {
+    let listed = if snapshot.server.list_models {
+        snapshot.models.as_slice()
+    } else {
+        &[]
+    };
+    let models = listed.iter().map(|m| {
         json!({
             "id": m.name, "object": "model", "created": 0, "owned_by": "mom-router",
             "kind": "model", "provider_model": m.provider_model, "description": m.description,

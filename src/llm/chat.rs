@@ -103,9 +103,9 @@ impl ChatRequest {
         })
     }
 
-    /// The body to send upstream: the client's request with `model` replaced.
-    pub fn body_for(&self, provider_model: &str) -> Vec<u8> {
-        let mut object = self.object.clone();
+    /// The body to send upstream: the client's request, every field kept, with `model` replaced.
+    pub fn into_body_for(self, provider_model: &str) -> Vec<u8> {
+        let mut object = self.object;
         object.insert("model".to_owned(), Value::String(provider_model.to_owned()));
         Value::Object(object).to_string().into_bytes()
     }
@@ -226,7 +226,7 @@ mod tests {
         assert_eq!(request.last_user_text(), "hi");
         assert!(request.has_images());
         assert_eq!(request.user_turns(), 1);
-        let body: Value = serde_json::from_slice(&request.body_for("qwen")).unwrap();
+        let body: Value = serde_json::from_slice(&request.into_body_for("qwen")).unwrap();
         assert_eq!(body["model"], "qwen");
         assert_eq!(body["temperature"], 0.2);
         assert_eq!(body["messages"][0]["content"], "be brief");
