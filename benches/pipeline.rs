@@ -58,10 +58,19 @@ fn pipeline(c: &mut Criterion) {
             body(&"The tide rose over the harbour wall. ".repeat(200)),
         ),
     ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
     let mut group = c.benchmark_group("engine_on_request_body");
     for (name, bytes) in &prompts {
         group.bench_function(*name, |b| {
-            b.iter(|| engine::on_request_body(&snapshot, &headers, black_box(bytes)))
+            b.iter(|| {
+                runtime.block_on(engine::on_request_body(
+                    &snapshot,
+                    &headers,
+                    black_box(bytes),
+                ))
+            })
         });
     }
     group.finish();
@@ -94,8 +103,10 @@ fn pipeline(c: &mut Criterion) {
                 )
             },
             |(mut stream, headers, body)| {
-                black_box(stream.handle(headers));
-                black_box(stream.handle(body))
+                runtime.block_on(async {
+                    black_box(stream.handle(headers).await);
+                    black_box(stream.handle(body).await)
+                })
             },
             BatchSize::SmallInput,
         )

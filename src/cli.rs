@@ -208,15 +208,29 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
         };
         pairs.push((name.trim().to_owned(), value.trim().to_owned()));
     }
-    let routed = run_offline(&snapshot, &Headers::new(pairs), &body);
-    let text = serde_json::to_string_pretty(&explain_json(&routed)).unwrap_or_default();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mom-router: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let routed = runtime.block_on(run_offline(&snapshot, &Headers::new(pairs), &body));
+    let mut document = explain_json(&routed);
+    document["encoder"] = json!(snapshot.encoder.as_ref().map(|e| e.describe()));
+    let text = serde_json::to_string_pretty(&document).unwrap_or_default();
     write_stdout(&text)
 }
 
 /// Runs both request phases as the sidecar would.
-pub fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
-    engine::on_request_headers(snapshot, headers, body.is_empty())
-        .unwrap_or_else(|| engine::on_request_body(snapshot, headers, body))
+pub async fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+    match engine::on_request_headers(snapshot, headers, body.is_empty()) {
+        Some(routed) => routed,
+        None => engine::on_request_body(snapshot, headers, body).await,
+    }
 }
 
 /// The `explain` document for one outcome.

@@ -4,7 +4,7 @@
 //!
 //! Layers import only downward (a test enforces it):
 //! `cli`/`app` → `extproc`/`admin` → `engine` → `config` → `signals`/`decision`/`selection`
-//! → `llm` → `observability`.
+//! → `inference` → `llm` → `observability`.
 
 pub mod admin;
 pub mod app;
@@ -13,6 +13,7 @@ pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod extproc;
+pub mod inference;
 pub mod llm;
 pub mod observability;
 pub mod selection;

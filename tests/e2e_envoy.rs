@@ -10,112 +10,13 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::envoy::{self, Envoy};
-use support::fake_openai::FakeBackend;
-use support::sidecar::{quickstart_config, Sidecar};
-use support::{eventually, free_port};
-
-struct Stack {
-    envoy: Envoy,
-    sidecar: Option<Sidecar>,
-    backends: HashMap<&'static str, FakeBackend>,
-    client: reqwest::Client,
-    _servers: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Stack {
-    async fn start() -> Self {
-        Self::start_with(true).await
-    }
-
-    async fn start_with(sidecar_running: bool) -> Self {
-        Self::start_full(sidecar_running, None).await
-    }
-
-    /// `unix`: run the sidecar on this Unix socket and point Envoy's cluster at it.
-    async fn start_full(sidecar_running: bool, unix: Option<&std::path::Path>) -> Self {
-        let mut ports = HashMap::new();
-        let mut backends = HashMap::new();
-        let mut servers = Vec::new();
-        for (fixed, name) in envoy::BACKENDS {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            ports.insert(fixed, listener.local_addr().unwrap().port());
-            let mut backend = FakeBackend::new(name);
-            backend.chunk_pause = Duration::from_millis(200);
-            backends.insert(name, backend.clone());
-            servers.push(tokio::spawn(async move {
-                let _ = support::fake_openai::serve(listener, backend).await;
-            }));
-        }
-        let sidecar = if let Some(socket) = unix {
-            let listen = format!("unix:{}", socket.display());
-            ports.insert(envoy::SIDECAR, free_port());
-            Some(Sidecar::start_on(&quickstart_config(), &listen).await)
-        } else if sidecar_running {
-            let sidecar = Sidecar::start(&quickstart_config(), 0).await;
-            ports.insert(envoy::SIDECAR, sidecar.grpc_port());
-            Some(sidecar)
-        } else {
-            ports.insert(envoy::SIDECAR, free_port());
-            None
-        };
-        for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
-            ports.insert(fixed, free_port());
-        }
-        let envoy = match unix {
-            Some(socket) => {
-                let pipe = format!("pipe: {{ path: {} }}", socket.display());
-                let tcp = "socket_address: { address: 127.0.0.1, port_value: 50051 }";
-                Envoy::start_edited(ports, &[(tcp, pipe.as_str())]).await
-            }
-            None => Envoy::start(ports).await,
-        };
-        Self {
-            envoy,
-            sidecar,
-            backends,
-            client: reqwest::Client::new(),
-            _servers: servers,
-        }
-    }
-
-    fn url(&self, path: &str, marker: &str) -> String {
-        format!("{}{path}?t={marker}", self.envoy.public_url())
-    }
-
-    async fn chat(&self, body: &Value, marker: &str) -> reqwest::Response {
-        self.client
-            .post(self.url("/v1/chat/completions", marker))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap()
-    }
-
-    fn requests_seen(&self) -> usize {
-        self.backends
-            .values()
-            .map(|b| b.seen.lock().unwrap().len())
-            .sum()
-    }
-}
-
-fn ask(text: &str) -> Value {
-    json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]})
-}
-
-fn header(response: &reqwest::Response, name: &str) -> String {
-    response
-        .headers()
-        .get(name)
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default()
-}
+use support::envoy;
+use support::eventually;
+use support::sidecar::quickstart_config;
+use support::stack::{ask, header, Stack};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
@@ -540,7 +441,7 @@ async fn hot_reload_applies_valid_and_rejects_invalid_config_while_requests_flow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_down_fails_closed_with_a_json_error_and_nothing_reaches_a_model() {
-    let stack = Stack::start_with(false).await;
+    let stack = Stack::start_without_sidecar().await;
     let response = stack.chat(&ask("hello"), "down").await;
     assert_eq!(response.status(), 500);
     assert_eq!(header(&response, "content-type"), "application/json");
@@ -562,7 +463,7 @@ async fn sidecar_down_fails_closed_with_a_json_error_and_nothing_reaches_a_model
 async fn the_sidecar_serves_envoy_over_a_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("mom-router.sock");
-    let stack = Stack::start_full(true, Some(&socket)).await;
+    let stack = Stack::start_on_unix_socket(&socket).await;
     let response = stack.chat(&ask("write a python script"), "unix").await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-mom-decision"), "code");
@@ -571,7 +472,7 @@ async fn the_sidecar_serves_envoy_over_a_unix_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn internal_listener_routes_on_the_header_without_the_sidecar() {
-    let stack = Stack::start_with(false).await;
+    let stack = Stack::start_without_sidecar().await;
     let url = format!(
         "http://127.0.0.1:{}/v1/chat/completions",
         stack.envoy.port(envoy::INTERNAL)

@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["config"],
     &["signals", "decision", "selection"],
+    &["inference"],
     &["llm"],
     &["observability"],
 ];

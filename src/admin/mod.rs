@@ -40,7 +40,12 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        json!({"ready": true, "config_version": snapshot.version}).to_string(),
+        json!({
+            "ready": true,
+            "config_version": snapshot.version,
+            "encoder": snapshot.encoder.as_ref().map(|e| e.describe()),
+        })
+        .to_string(),
     )
 }
 

@@ -4,17 +4,21 @@
 use super::error::Errors;
 use super::parse::RawConfig;
 use super::raw::{
-    RawAlgorithm, RawDecision, RawIdentity, RawKeywordOperator, RawModel, RawRule, RawScope,
-    RawSignal,
+    RawAggregate, RawAlgorithm, RawBackend, RawDecision, RawEncoder, RawIdentity,
+    RawKeywordOperator, RawModel, RawOnError, RawRule, RawScope, RawSignal,
 };
 use super::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
 use crate::decision::Rule;
+use crate::inference::{self, Backend, BatchSettings, EncoderHandle, EncoderSpec};
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::{
-    AuthzSignal, ConversationSignal, KeywordOperator, KeywordSignal, LanguageSignal,
-    MetadataSignal, Scope, Signal, SignalError, SignalKind, TokenRange,
+    Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, KeywordOperator, KeywordSignal,
+    LanguageSignal, MetadataSignal, OnError, Scope, Signal, SignalError, SignalKind, TokenRange,
 };
 use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Default ext_proc address.
 pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50051";
@@ -23,9 +27,14 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9190";
 /// Default request body limit (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 
-/// Compiles the raw document. `hash` is the hex SHA-256 of the source text.
-pub fn compile(raw: RawConfig, hash: &str, errors: &mut Errors) -> Option<Snapshot> {
+/// Compiles the raw document. `hash` is the hex SHA-256 of the source text; relative paths are
+/// resolved against `base`. Loads (or reuses) the encoder when `inference.encoder` is set.
+pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> Option<Snapshot> {
     let server = compile_server(&raw, errors);
+    let encoder = raw
+        .inference
+        .as_ref()
+        .and_then(|inference| compile_encoder(&inference.encoder, base, errors));
     // Names index every parsed entry, valid or not, so one bad entry does not turn each
     // reference to it into a second, misleading "unknown" error.
     let model_index = index_by_name(
@@ -41,7 +50,7 @@ pub fn compile(raw: RawConfig, hash: &str, errors: &mut Errors) -> Option<Snapsh
         &raw.broken,
         errors,
     );
-    let signals = compile_signals(&raw.signals, errors);
+    let signals = compile_signals(&raw.signals, encoder.as_ref(), errors);
     let decision_index = index_by_name(
         raw.decisions.iter().map(|(i, d)| (*i, d.name.as_str())),
         "decisions",
@@ -54,6 +63,7 @@ pub fn compile(raw: RawConfig, hash: &str, errors: &mut Errors) -> Option<Snapsh
         &model_index,
         &decision_index,
         &decisions,
+        &signals,
         errors,
     );
     if raw.identities.is_empty() && errors.is_empty() {
@@ -91,6 +101,7 @@ pub fn compile(raw: RawConfig, hash: &str, errors: &mut Errors) -> Option<Snapsh
         identities: identities.into_iter().map(|(_, i)| i).collect(),
         signals: signals.into_iter().collect::<Option<_>>()?,
         decisions: decisions.into_iter().collect::<Option<_>>()?,
+        encoder,
         model_index,
         identity_index,
     })
@@ -238,7 +249,10 @@ fn scope(raw: RawScope) -> Scope {
     }
 }
 
-fn compile_signal(raw: &RawSignal) -> Result<Signal, Vec<SignalError>> {
+fn compile_signal(
+    raw: &RawSignal,
+    encoder: Option<&Arc<EncoderHandle>>,
+) -> Result<Signal, Vec<SignalError>> {
     let one = |e: SignalError| vec![e];
     let (name, kind) = match raw {
         RawSignal::Keyword {
@@ -303,6 +317,43 @@ fn compile_signal(raw: &RawSignal) -> Result<Signal, Vec<SignalError>> {
             name,
             SignalKind::Authz(AuthzSignal::new(header, roles).map_err(one)?),
         ),
+        RawSignal::Embedding {
+            name,
+            candidates,
+            threshold,
+            aggregate,
+            on_error,
+        } => {
+            let Some(encoder) = encoder else {
+                return Err(one(SignalError::new(
+                    "type",
+                    "an embedding signal needs an encoder; configure inference.encoder",
+                )));
+            };
+            let vectors = encoder.embed_blocking(candidates).map_err(|e| {
+                one(SignalError::new(
+                    "candidates",
+                    format!("cannot embed the candidates: {e}"),
+                ))
+            })?;
+            let aggregate = match aggregate {
+                RawAggregate::Max => Aggregate::Max,
+                RawAggregate::Mean => Aggregate::Mean,
+            };
+            let on_error = match on_error {
+                RawOnError::NoMatch => OnError::NoMatch,
+                RawOnError::Match => OnError::Match,
+                RawOnError::Fail => OnError::Fail,
+            };
+            let candidates = candidates.iter().cloned().zip(vectors).collect();
+            (
+                name,
+                SignalKind::Embedding(
+                    EmbeddingSignal::new(candidates, *threshold, aggregate, on_error)
+                        .map_err(one)?,
+                ),
+            )
+        }
         RawSignal::Metadata {
             name,
             header,
@@ -327,10 +378,14 @@ fn compile_signal(raw: &RawSignal) -> Result<Signal, Vec<SignalError>> {
 }
 
 /// One entry per parsed signal, `None` where the signal is invalid.
-fn compile_signals(raw: &[(usize, RawSignal)], errors: &mut Errors) -> Vec<Option<Signal>> {
+fn compile_signals(
+    raw: &[(usize, RawSignal)],
+    encoder: Option<&Arc<EncoderHandle>>,
+    errors: &mut Errors,
+) -> Vec<Option<Signal>> {
     let mut signals = Vec::new();
     for (i, signal) in raw {
-        match compile_signal(signal) {
+        match compile_signal(signal, encoder) {
             Ok(signal) => signals.push(Some(signal)),
             Err(problems) => {
                 for problem in problems {
@@ -350,6 +405,7 @@ fn signal_name(raw: &RawSignal) -> &str {
         | RawSignal::Conversation { name, .. }
         | RawSignal::Language { name, .. }
         | RawSignal::Authz { name, .. }
+        | RawSignal::Embedding { name, .. }
         | RawSignal::Metadata { name, .. } => name,
     }
 }
@@ -491,6 +547,7 @@ fn compile_identities(
     models: &HashMap<String, usize>,
     decision_index: &HashMap<String, usize>,
     decisions: &[Option<Decision>],
+    compiled_signals: &[Option<Signal>],
     errors: &mut Errors,
 ) -> Vec<(usize, Identity)> {
     let mut identities = Vec::new();
@@ -545,6 +602,12 @@ fn compile_identities(
             decision.rule.collect_signals(&mut signals);
         }
         signals.sort_unstable();
+        let needs_embedding = signals.iter().any(|&s| {
+            compiled_signals
+                .get(s)
+                .and_then(Option::as_ref)
+                .is_some_and(|signal| signal.kind.needs_embedding())
+        });
         if let (true, Some(default_model)) = (ok, default_model) {
             identities.push((
                 *i,
@@ -555,9 +618,105 @@ fn compile_identities(
                     default_model,
                     decisions: selected,
                     signals,
+                    needs_embedding,
                 },
             ));
         }
     }
     identities
+}
+
+/// Providers `executionProviders` may name.
+const PROVIDERS: &[&str] = &["cuda", "rocm", "openvino", "cpu"];
+
+fn compile_encoder(
+    raw: &RawEncoder,
+    base: &Path,
+    errors: &mut Errors,
+) -> Option<Arc<EncoderHandle>> {
+    let path = "inference.encoder";
+    let resolve = |p: &str| base.join(p);
+    let model_dir = resolve(&raw.model_dir);
+    let providers = raw
+        .execution_providers
+        .clone()
+        .unwrap_or_else(|| vec!["cpu".to_owned()]);
+    let mut ok = true;
+    for (i, provider) in providers.iter().enumerate() {
+        if !PROVIDERS.contains(&provider.as_str()) {
+            errors.push(
+                format!("{path}.executionProviders[{i}]"),
+                format!(
+                    "unknown provider {provider:?}; use one of: {}",
+                    PROVIDERS.join(", ")
+                ),
+            );
+            ok = false;
+        }
+    }
+    if providers.is_empty() {
+        errors.push(
+            format!("{path}.executionProviders"),
+            "list at least one provider, e.g. cpu",
+        );
+        ok = false;
+    }
+    let backend = match raw.backend {
+        RawBackend::Candle => Backend::Candle,
+        RawBackend::Onnx => {
+            let model = raw.onnx_model.as_deref().map(resolve);
+            let library = raw
+                .runtime_library
+                .as_deref()
+                .map(resolve)
+                .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(Into::into));
+            match (model, library) {
+                (Some(model), Some(runtime_library)) => Backend::Onnx {
+                    model,
+                    runtime_library,
+                    providers,
+                    require_first: raw.require_first_provider,
+                },
+                (None, _) => {
+                    errors.push(
+                        format!("{path}.onnxModel"),
+                        "backend onnx needs the path of the .onnx file",
+                    );
+                    return None;
+                }
+                (_, None) => {
+                    errors.push(
+                        format!("{path}.runtimeLibrary"),
+                        "backend onnx needs libonnxruntime.so: set runtimeLibrary or ORT_DYLIB_PATH",
+                    );
+                    return None;
+                }
+            }
+        }
+    };
+    let spec = EncoderSpec {
+        backend,
+        model_dir,
+        max_tokens: raw.max_tokens.unwrap_or(256).clamp(8, 512),
+        threads: raw.threads.unwrap_or(1).max(1),
+        batch: BatchSettings {
+            max_batch: raw.max_batch.unwrap_or(16).max(1),
+            max_wait: Duration::from_millis(raw.max_wait_ms.unwrap_or(2)),
+            queue: raw.queue.unwrap_or(256).max(1),
+            cache_entries: raw.cache_entries.unwrap_or(10_000),
+        },
+    };
+    if !ok {
+        return None;
+    }
+    match inference::shared_encoder(&spec) {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            errors.push(
+                path,
+                format!("{e}; check the model paths (fetch them with ./scripts/fetch-models.sh)"),
+            );
+            None
+        }
+    }
 }

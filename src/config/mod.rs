@@ -16,12 +16,18 @@ pub use store::{ConfigStore, ReloadOutcome};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// Parses and compiles a configuration document.
+/// Parses and compiles a configuration document; relative paths resolve against the current
+/// directory.
 pub fn compile_str(text: &str) -> Result<Snapshot, ConfigErrors> {
+    compile_in(text, Path::new("."))
+}
+
+/// Parses and compiles a configuration document whose relative paths resolve against `base`.
+pub fn compile_in(text: &str, base: &Path) -> Result<Snapshot, ConfigErrors> {
     let hash = hex_sha256(text.as_bytes());
     let mut errors = Errors::default();
     let raw = parse::parse(text, &mut errors);
-    let snapshot = compile::compile(raw, &hash, &mut errors);
+    let snapshot = compile::compile(raw, &hash, base, &mut errors);
     match snapshot {
         Some(snapshot) => errors.finish(snapshot),
         None => Err(errors.finish(()).err().unwrap_or_else(|| {
@@ -48,7 +54,7 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigErrors> {
             ),
         )])
     })?;
-    compile_str(&text)
+    compile_in(&text, path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Lower-case hex SHA-256 of `bytes`.

@@ -2,7 +2,7 @@
 //! the others. Each error carries the full path (`decisions[2].modelRefs[0]`).
 
 use super::error::Errors;
-use super::raw::{RawDecision, RawIdentity, RawModel, RawServer, RawSignal};
+use super::raw::{RawDecision, RawIdentity, RawInference, RawModel, RawServer, RawSignal};
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
@@ -13,6 +13,8 @@ pub struct RawConfig {
     pub version: Option<String>,
     /// Server settings.
     pub server: Option<RawServer>,
+    /// Neural inference settings.
+    pub inference: Option<RawInference>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -29,6 +31,7 @@ pub struct RawConfig {
 const SECTIONS: &[&str] = &[
     "version",
     "server",
+    "inference",
     "models",
     "identities",
     "signals",
@@ -48,7 +51,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, models, identities, signals, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, models, identities, signals, decisions",
         );
         return raw;
     };
@@ -60,6 +63,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
         match key {
             "version" => raw.version = item(value, "version", errors),
             "server" => raw.server = item(value, "server", errors),
+            "inference" => raw.inference = item(value, "inference", errors),
             "models" => raw.models = list(value, "models", &mut raw.broken, errors),
             "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
             "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),

@@ -19,6 +19,80 @@ pub struct RawServer {
     pub list_models: Option<bool>,
 }
 
+/// Neural inference settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawInference {
+    /// The sentence encoder shared by every embedding-based signal.
+    pub encoder: RawEncoder,
+}
+
+/// Which runtime runs the encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawBackend {
+    /// Candle (safetensors).
+    Candle,
+    /// ONNX Runtime (an `.onnx` file).
+    Onnx,
+}
+
+/// A sentence encoder (BERT family, e.g. all-MiniLM-L6-v2).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawEncoder {
+    /// `candle` or `onnx`.
+    pub backend: RawBackend,
+    /// Directory with `tokenizer.json` (and for Candle `model.safetensors`, `config.json`).
+    /// Relative paths are relative to the configuration file.
+    pub model_dir: String,
+    /// The `.onnx` file (backend `onnx`).
+    pub onnx_model: Option<String>,
+    /// `libonnxruntime.so` (backend `onnx`); default `$ORT_DYLIB_PATH`.
+    pub runtime_library: Option<String>,
+    /// Execution providers in preference order: `cuda`, `rocm`, `openvino`, `cpu` (default `[cpu]`).
+    pub execution_providers: Option<Vec<String>>,
+    /// Fail at load when the first provider cannot be used, instead of falling back.
+    #[serde(default)]
+    pub require_first_provider: bool,
+    /// Inputs are truncated to this many tokens; default 256.
+    pub max_tokens: Option<usize>,
+    /// Threads for one forward pass; default 1.
+    pub threads: Option<usize>,
+    /// Most texts in one batch; default 16.
+    pub max_batch: Option<usize>,
+    /// Longest wait for a batch to fill, in milliseconds; default 2.
+    pub max_wait_ms: Option<u64>,
+    /// Queued texts beyond which calls are refused as overloaded; default 256.
+    pub queue: Option<usize>,
+    /// Embeddings cached by text; default 10000.
+    pub cache_entries: Option<u64>,
+}
+
+/// What a neural signal reports when its model gives no answer (overload, failure).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawOnError {
+    /// Treat as not matched (the default); the error is recorded.
+    #[default]
+    NoMatch,
+    /// Treat as matched; the error is recorded.
+    Match,
+    /// Refuse the request with 503.
+    Fail,
+}
+
+/// How an embedding signal combines its candidate similarities.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawAggregate {
+    /// The best candidate (the default).
+    #[default]
+    Max,
+    /// The mean over candidates.
+    Mean,
+}
+
 /// A concrete model served behind Envoy.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -173,6 +247,22 @@ pub enum RawSignal {
         header: String,
         /// Matches when the caller holds any of these roles.
         roles: Vec<String>,
+    },
+    /// Cosine similarity of the last user message to candidate phrases (needs `inference.encoder`).
+    #[serde(rename_all = "camelCase")]
+    Embedding {
+        /// Signal name.
+        name: String,
+        /// Phrases the request is compared with.
+        candidates: Vec<String>,
+        /// Matches when the aggregated similarity reaches this value (-1..=1).
+        threshold: f64,
+        /// `max` (default) or `mean` over the candidates.
+        #[serde(default)]
+        aggregate: RawAggregate,
+        /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
+        #[serde(default)]
+        on_error: RawOnError,
     },
     /// A predicate on one request header.
     #[serde(rename_all = "camelCase")]

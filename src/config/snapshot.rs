@@ -3,11 +3,13 @@
 //! dangling name or an unset field.
 
 use crate::decision::{self, Rule};
+use crate::inference::EncoderHandle;
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::Signal;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where the ext_proc gRPC server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +74,8 @@ pub struct Identity {
     pub decisions: Vec<usize>,
     /// Indices of the signals those decisions read: the only signals computed for it.
     pub signals: Vec<usize>,
+    /// True when one of those signals reads the request embedding.
+    pub needs_embedding: bool,
 }
 
 /// A compiled decision.
@@ -116,6 +120,8 @@ pub struct Snapshot {
     pub signals: Vec<Signal>,
     /// Decisions.
     pub decisions: Vec<Decision>,
+    /// The shared sentence encoder, when `inference.encoder` is configured.
+    pub encoder: Option<Arc<EncoderHandle>>,
     pub(super) model_index: HashMap<String, usize>,
     pub(super) identity_index: HashMap<String, usize>,
 }

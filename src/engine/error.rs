@@ -52,6 +52,14 @@ pub enum RouteError {
         /// The allowed method.
         allowed: &'static str,
     },
+    /// A neural signal whose `onError` is `fail` had no answer (overload, model failure).
+    #[error("signal {signal:?} is unavailable ({reason}); retry later")]
+    SignalUnavailable {
+        /// The signal.
+        signal: String,
+        /// Why.
+        reason: String,
+    },
     /// Envoy delivered the request in a way mom-router cannot route safely.
     #[error("mom-router cannot route this request: {0}")]
     Protocol(&'static str),
@@ -71,6 +79,7 @@ impl RouteError {
             Self::TooLarge { .. } => "request_too_large",
             Self::NotFound { .. } => "not_found",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
+            Self::SignalUnavailable { .. } => "signal_unavailable",
             Self::Protocol(_) => "router_misconfigured",
         }
     }
@@ -78,7 +87,7 @@ impl RouteError {
     /// Whose fault it is.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::Protocol(_) => Fault::Internal,
+            Self::Protocol(_) | Self::SignalUnavailable { .. } => Fault::Internal,
             Self::BadRequest(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
@@ -94,6 +103,7 @@ impl RouteError {
             Self::TooLarge { .. } => (413, "invalid_request_error"),
             Self::NotFound { .. } => (404, "invalid_request_error"),
             Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),
+            Self::SignalUnavailable { .. } => (503, "server_error"),
             Self::Protocol(_) => (500, "server_error"),
         };
         let mut headers = Vec::new();

@@ -1,7 +1,7 @@
 //! The pipeline for one request, as two short linear functions matching the two request phases:
 //! [`on_request_headers`] (path, method, size) and [`on_request_body`]
-//! (parse → signals → decision → selection → action). Synchronous and free of I/O, so `explain`
-//! runs exactly what the sidecar runs.
+//! (parse → signals → decision → selection → action). The only await is the shared encoder's
+//! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
 mod error;
 mod models;
@@ -12,8 +12,10 @@ pub use trace::Trace;
 
 use crate::config::{Identity, Model, Snapshot};
 use crate::decision::{self, Fact};
+use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{self, request_key, Algorithm};
+use crate::signals::{Neural, OnError};
 
 /// A reply mom-router sends itself instead of forwarding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +113,7 @@ pub fn on_request_headers(
 }
 
 /// Routes a complete chat-completion body.
-pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
     let limit = snapshot.server.max_body_bytes;
     if body.len() as u64 > limit {
         return refusal(
@@ -127,8 +129,11 @@ pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> R
         Err(e) => return refusal(snapshot, e.into()),
     };
     if let Some(identity) = snapshot.identity(&request.model) {
-        let (trace, model) = route_identity(snapshot, identity, headers, &request, body);
-        return forward(trace, request, &snapshot.models[model]);
+        let neural = neural_inputs(snapshot, identity, &request).await;
+        return match route_identity(snapshot, identity, headers, &request, body, &neural) {
+            Ok((trace, model)) => forward(trace, request, &snapshot.models[model]),
+            Err(error) => refusal(snapshot, error),
+        };
     }
     if let Some(index) = snapshot.model_index(&request.model) {
         let mut trace = Trace::empty(snapshot);
@@ -149,6 +154,20 @@ pub fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> R
     )
 }
 
+/// Runs the models the identity's neural signals read, once each: one encoder forward (or cache
+/// hit) serves every embedding signal. The window is the last user message, truncated by the
+/// encoder to its `maxTokens`.
+async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatRequest) -> Neural {
+    let mut neural = Neural::default();
+    if identity.needs_embedding {
+        neural.embedding = Some(match &snapshot.encoder {
+            Some(encoder) => encoder.embed(request.last_user_text()).await,
+            None => Err(InferenceError::Closed),
+        });
+    }
+    neural
+}
+
 /// Runs the identity's signals and decisions; returns the evidence and the chosen model index.
 fn route_identity(
     snapshot: &Snapshot,
@@ -156,11 +175,19 @@ fn route_identity(
     headers: &Headers,
     request: &ChatRequest,
     body: &[u8],
-) -> (Trace, usize) {
+    neural: &Neural,
+) -> Result<(Trace, usize), RouteError> {
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
     for &index in &identity.signals {
-        let result = snapshot.signals[index].evaluate(request, headers);
+        let signal = &snapshot.signals[index];
+        let result = signal.evaluate(request, headers, neural);
+        if let (Some(reason), Some(OnError::Fail)) = (&result.error, signal.kind.on_error()) {
+            return Err(RouteError::SignalUnavailable {
+                signal: signal.name.clone(),
+                reason: reason.clone(),
+            });
+        }
         facts[index] = Some(Fact {
             matched: result.matched,
             confidence: result.confidence,
@@ -195,7 +222,7 @@ fn route_identity(
             identity.default_model
         }
     };
-    (trace, model_index)
+    Ok((trace, model_index))
 }
 
 fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {

@@ -59,10 +59,10 @@ fn reply_of(routed: &Routed) -> (u16, Value) {
     }
 }
 
-#[test]
-fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
+#[tokio::test]
+async fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "fix my python loop"));
+    let routed = on_request_body(&s, &post(), &chat("mom/auto", "fix my python loop")).await;
     let forward = forward_of(&routed);
     assert_eq!(forward.model, "coder");
     let body: Value = serde_json::from_slice(&forward.body).unwrap();
@@ -72,26 +72,26 @@ fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
     assert_eq!(routed.trace.signals.len(), 3);
 }
 
-#[test]
-fn no_matching_decision_uses_the_identity_default() {
+#[tokio::test]
+async fn no_matching_decision_uses_the_identity_default() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "hello there"));
+    let routed = on_request_body(&s, &post(), &chat("mom/auto", "hello there")).await;
     assert_eq!(forward_of(&routed).model, "small");
     assert_eq!(routed.trace.decision, None);
     assert_eq!(routed.trace.decision_label(), "none");
 }
 
-#[test]
-fn higher_priority_decision_wins_when_several_match() {
+#[tokio::test]
+async fn higher_priority_decision_wins_when_several_match() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "in rust compute 2 + 2"));
+    let routed = on_request_body(&s, &post(), &chat("mom/auto", "in rust compute 2 + 2")).await;
     assert_eq!(routed.trace.decision.as_deref(), Some("code"));
 }
 
-#[test]
-fn identity_only_evaluates_its_own_decisions_and_signals() {
+#[tokio::test]
+async fn identity_only_evaluates_its_own_decisions_and_signals() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/code-only", "compute 2 + 2"));
+    let routed = on_request_body(&s, &post(), &chat("mom/code-only", "compute 2 + 2")).await;
     assert_eq!(forward_of(&routed).model, "small");
     let names: Vec<&str> = routed
         .trace
@@ -102,8 +102,8 @@ fn identity_only_evaluates_its_own_decisions_and_signals() {
     assert_eq!(names, vec!["code"]);
 }
 
-#[test]
-fn weighted_split_is_keyed_by_request_id() {
+#[tokio::test]
+async fn weighted_split_is_keyed_by_request_id() {
     let s = snapshot();
     let mut picked = std::collections::BTreeSet::new();
     for id in 0..40 {
@@ -118,8 +118,8 @@ fn weighted_split_is_keyed_by_request_id() {
                 ]),
         );
         let body = chat("mom/auto", "python please");
-        let first = on_request_body(&s, &headers, &body);
-        let again = on_request_body(&s, &headers, &body);
+        let first = on_request_body(&s, &headers, &body).await;
+        let again = on_request_body(&s, &headers, &body).await;
         assert_eq!(forward_of(&first).model, forward_of(&again).model);
         assert_eq!(first.trace.algorithm, "weighted");
         picked.insert(forward_of(&first).model.clone());
@@ -130,10 +130,10 @@ fn weighted_split_is_keyed_by_request_id() {
     );
 }
 
-#[test]
-fn a_concrete_model_passes_through_without_policy() {
+#[tokio::test]
+async fn a_concrete_model_passes_through_without_policy() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("canary", "python"));
+    let routed = on_request_body(&s, &post(), &chat("canary", "python")).await;
     let forward = forward_of(&routed);
     assert_eq!(forward.model, "canary");
     assert_eq!(forward.provider_model, "canary-v0");
@@ -141,10 +141,10 @@ fn a_concrete_model_passes_through_without_policy() {
     assert!(routed.trace.signals.is_empty());
 }
 
-#[test]
-fn unknown_model_is_a_400_listing_every_valid_name() {
+#[tokio::test]
+async fn unknown_model_is_a_400_listing_every_valid_name() {
     let s = snapshot();
-    let (status, body) = reply_of(&on_request_body(&s, &post(), &chat("gpt-9", "hi")));
+    let (status, body) = reply_of(&on_request_body(&s, &post(), &chat("gpt-9", "hi")).await);
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], "model_not_found");
     assert_eq!(
@@ -153,8 +153,8 @@ fn unknown_model_is_a_400_listing_every_valid_name() {
     );
 }
 
-#[test]
-fn oversize_bodies_are_refused_from_the_header_or_the_body() {
+#[tokio::test]
+async fn oversize_bodies_are_refused_from_the_header_or_the_body() {
     let s = snapshot();
     let mut pairs: Vec<(String, String)> = post()
         .iter()
@@ -164,13 +164,13 @@ fn oversize_bodies_are_refused_from_the_header_or_the_body() {
     let routed = on_request_headers(&s, &Headers::new(pairs), false).unwrap();
     assert_eq!(reply_of(&routed).0, 413);
     let big = chat("mom/auto", &"x".repeat(5000));
-    let (status, body) = reply_of(&on_request_body(&s, &post(), &big));
+    let (status, body) = reply_of(&on_request_body(&s, &post(), &big).await);
     assert_eq!(status, 413);
     assert_eq!(body["error"]["code"], "request_too_large");
 }
 
-#[test]
-fn paths_and_methods_are_checked_before_the_body() {
+#[tokio::test]
+async fn paths_and_methods_are_checked_before_the_body() {
     let s = snapshot();
     let request = |method: &str, path: &str| {
         Headers::new([
@@ -203,8 +203,8 @@ fn paths_and_methods_are_checked_before_the_body() {
     assert!(on_request_headers(&s, &request("POST", CHAT_PATH), false).is_none());
 }
 
-#[test]
-fn malformed_bodies_get_openai_errors_naming_the_problem() {
+#[tokio::test]
+async fn malformed_bodies_get_openai_errors_naming_the_problem() {
     let s = snapshot();
     let cases: [(&[u8], &str); 4] = [
         (b"{\"model\":", "invalid_json"),
@@ -213,7 +213,7 @@ fn malformed_bodies_get_openai_errors_naming_the_problem() {
         (b"\xff\xfe", "invalid_encoding"),
     ];
     for (body, code) in cases {
-        let (status, json) = reply_of(&on_request_body(&s, &post(), body));
+        let (status, json) = reply_of(&on_request_body(&s, &post(), body).await);
         assert_eq!(status, 400);
         assert_eq!(json["error"]["code"], code);
         assert_eq!(json["error"]["type"], "invalid_request_error");

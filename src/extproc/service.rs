@@ -69,7 +69,7 @@ impl ExternalProcessor for ExtProcService {
                 loop {
                     match inbound.next().await? {
                         Ok(message) => {
-                            if let Some(reply) = state.handle(message) {
+                            if let Some(reply) = state.handle(message).await {
                                 return Some((Ok(reply), (inbound, state, active)));
                             }
                         }

@@ -4,7 +4,9 @@ use super::convert;
 use crate::config::Snapshot;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
 use crate::llm::Headers;
-use crate::observability::metrics::{PhaseLabels, ReplyLabels, RouteLabels, StatusLabels};
+use crate::observability::metrics::{
+    PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
+};
 use crate::observability::Metrics;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
@@ -42,11 +44,11 @@ impl StreamState {
 
     /// Handles one message from Envoy. `None` when the message carries no phase (nothing to
     /// answer).
-    pub fn handle(&mut self, message: ProcessingRequest) -> Option<ProcessingResponse> {
+    pub async fn handle(&mut self, message: ProcessingRequest) -> Option<ProcessingResponse> {
         let started = Instant::now();
         let (phase, response) = match message.request? {
             Request::RequestHeaders(h) => ("request_headers", self.on_request_headers(h)),
-            Request::RequestBody(b) => ("request_body", self.on_request_body(b)),
+            Request::RequestBody(b) => ("request_body", self.on_request_body(b).await),
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
             Request::ResponseBody(b) => ("response_body", self.on_response_body(b)),
             Request::RequestTrailers(_) => {
@@ -71,7 +73,7 @@ impl StreamState {
         }
     }
 
-    fn on_request_body(&mut self, message: HttpBody) -> ProcessingResponse {
+    async fn on_request_body(&mut self, message: HttpBody) -> ProcessingResponse {
         if !message.end_of_stream {
             // Header changes only apply to a buffered body; routing a partial body would
             // silently mis-route, so refuse loudly instead.
@@ -85,12 +87,20 @@ impl StreamState {
                 trace,
             });
         }
-        let routed = engine::on_request_body(&self.snapshot, &self.headers, &message.body);
+        let routed = engine::on_request_body(&self.snapshot, &self.headers, &message.body).await;
         self.finish(routed)
     }
 
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
         let Routed { action, trace } = routed;
+        for result in trace.signals.iter().filter(|r| r.error.is_some()) {
+            self.metrics
+                .signal_errors
+                .get_or_create(&SignalLabels {
+                    signal: result.name.clone(),
+                })
+                .inc();
+        }
         match action {
             Action::Forward(forward) => {
                 self.metrics

@@ -42,6 +42,13 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
+/// Labels naming a signal.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    /// Signal name.
+    pub signal: String,
+}
+
 /// Labels of an upstream response seen by mom-router.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
@@ -71,6 +78,8 @@ pub struct Metrics {
     pub active_streams: Gauge,
     /// ext_proc streams that ended with a gRPC error from Envoy's side.
     pub stream_errors: Counter,
+    /// Neural signals that had no answer (encoder overloaded or failed), by signal.
+    pub signal_errors: Family<SignalLabels, Counter>,
 }
 
 fn phase_histogram() -> Histogram {
@@ -130,8 +139,15 @@ impl Metrics {
             "ext_proc streams that ended with a transport error",
             stream_errors.clone(),
         );
+        let signal_errors = Family::<SignalLabels, Counter>::default();
+        registry.register(
+            "signal_errors",
+            "Neural signal evaluations without a model answer (overload, failure), by signal",
+            signal_errors.clone(),
+        );
         Self {
             registry,
+            signal_errors,
             routed,
             replied,
             phase_seconds,

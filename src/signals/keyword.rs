@@ -133,6 +133,7 @@ impl KeywordSignal {
             confidence: 1.0,
             value: Some(hit_count as f64),
             label,
+            error: None,
         }
     }
 }

@@ -71,6 +71,7 @@ impl LanguageSignal {
             confidence: info.confidence(),
             value: None,
             label: Some(info.lang().code().to_owned()),
+            error: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 mod authz;
 mod conversation;
+mod embedding;
 mod keyword;
 mod language;
 mod metadata;
@@ -11,13 +12,23 @@ mod text;
 
 pub use authz::AuthzSignal;
 pub use conversation::{ConversationSignal, TokenRange};
+pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
 pub use text::Scope;
 
+use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
 use serde::Serialize;
+use std::sync::Arc;
+
+/// Model outputs computed once per request and shared by every neural signal.
+#[derive(Debug, Default)]
+pub struct Neural {
+    /// The request's embedding (last user message), when an embedding signal needs it.
+    pub embedding: Option<Result<Arc<Vec<f32>>, InferenceError>>,
+}
 
 /// A problem in one signal's definition: the field (relative to the signal) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +61,8 @@ pub enum SignalKind {
     Language(LanguageSignal),
     /// Roles from a trusted identity header.
     Authz(AuthzSignal),
+    /// Similarity to candidate phrases.
+    Embedding(EmbeddingSignal),
     /// A request-header predicate.
     Metadata(MetadataSignal),
 }
@@ -63,7 +76,26 @@ impl SignalKind {
             Self::Conversation(_) => "conversation",
             Self::Language(_) => "language",
             Self::Authz(_) => "authz",
+            Self::Embedding(_) => "embedding",
             Self::Metadata(_) => "metadata",
+        }
+    }
+
+    /// True when the signal reads the request embedding.
+    pub fn needs_embedding(&self) -> bool {
+        matches!(self, Self::Embedding(_))
+    }
+
+    /// The error policy of a neural signal (`None` for rule signals, which cannot fail).
+    pub fn on_error(&self) -> Option<OnError> {
+        match self {
+            Self::Embedding(signal) => Some(signal.on_error),
+            Self::Keyword(_)
+            | Self::ContextLength(_)
+            | Self::Conversation(_)
+            | Self::Language(_)
+            | Self::Authz(_)
+            | Self::Metadata(_) => None,
         }
     }
 }
@@ -95,6 +127,10 @@ pub struct SignalResult {
     /// A label (detected language, matched term, role), where the signal has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Why a neural signal has no real answer (overload, model failure); `matched` then follows
+    /// the signal's `onError`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The outcome of one evaluation before it is named.
@@ -108,6 +144,8 @@ pub struct Evidence {
     pub value: Option<f64>,
     /// Label.
     pub label: Option<String>,
+    /// Why a neural signal has no real answer.
+    pub error: Option<String>,
 }
 
 impl Evidence {
@@ -118,19 +156,26 @@ impl Evidence {
             confidence: 1.0,
             value: None,
             label: None,
+            error: None,
         }
     }
 }
 
 impl Signal {
-    /// Evaluates the signal on one request.
-    pub fn evaluate(&self, request: &ChatRequest, headers: &Headers) -> SignalResult {
+    /// Evaluates the signal on one request; `neural` carries the model outputs it may read.
+    pub fn evaluate(
+        &self,
+        request: &ChatRequest,
+        headers: &Headers,
+        neural: &Neural,
+    ) -> SignalResult {
         let evidence = match &self.kind {
             SignalKind::Keyword(signal) => signal.evaluate(request),
             SignalKind::ContextLength(range) => conversation::context_length(range, request),
             SignalKind::Conversation(signal) => signal.evaluate(request),
             SignalKind::Language(signal) => signal.evaluate(request),
             SignalKind::Authz(signal) => signal.evaluate(headers),
+            SignalKind::Embedding(signal) => signal.evaluate(neural.embedding.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
         };
         let Evidence {
@@ -138,6 +183,7 @@ impl Signal {
             confidence,
             value,
             label,
+            error,
         } = evidence;
         SignalResult {
             kind: self.kind.type_name(),
@@ -146,6 +192,7 @@ impl Signal {
             confidence,
             value,
             label,
+            error,
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod envoy;
 pub mod fake_openai;
 pub mod sidecar;
+pub mod stack;
 
 use std::time::{Duration, Instant};
 

@@ -67,3 +67,13 @@ impl Sidecar {
 pub fn quickstart_config() -> String {
     std::fs::read_to_string(super::repo().join("examples/quickstart/config.yaml")).unwrap()
 }
+
+/// The neural example policy, with its model paths made absolute for a config in a temp dir.
+pub fn semantic_config() -> String {
+    let text =
+        std::fs::read_to_string(super::repo().join("examples/semantic/config.yaml")).unwrap();
+    text.replace(
+        "../../.cache",
+        &super::repo().join(".cache").display().to_string(),
+    )
+}

@@ -1,0 +1,134 @@
+//! Inference: sentence encoders on Candle and ONNX Runtime behind one synchronous trait, each
+//! owned by a dedicated worker thread fed by a bounded queue with dynamic micro-batching
+//! ([`worker`]). Nothing here runs on the async runtime; callers await a reply channel, and a
+//! full queue answers [`InferenceError::Overloaded`] at once.
+
+mod candle_bert;
+mod onnx_bert;
+mod registry;
+mod tokenize;
+pub mod worker;
+
+pub use registry::shared_encoder;
+pub use worker::{BatchSettings, EncoderHandle, EncoderStats};
+
+use std::path::PathBuf;
+
+/// Why an inference call produced no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InferenceError {
+    /// The model or runtime could not be loaded.
+    #[error("cannot load encoder: {0}")]
+    Load(String),
+    /// A forward pass failed.
+    #[error("inference failed: {0}")]
+    Run(String),
+    /// The worker's queue is full; the request was not queued.
+    #[error("encoder overloaded: queue full")]
+    Overloaded,
+    /// The worker has stopped.
+    #[error("encoder worker stopped")]
+    Closed,
+}
+
+/// A sentence encoder: pooled, L2-normalised embeddings, one per input text.
+pub trait Encoder {
+    /// Embeds a batch of texts.
+    fn encode(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, InferenceError>;
+    /// What is running, e.g. `candle cpu` or `onnx cpu (cuda unavailable: …)`.
+    fn describe(&self) -> String;
+}
+
+/// Which runtime executes the encoder.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Candle, BERT from `model.safetensors` + `config.json`.
+    Candle,
+    /// ONNX Runtime through `ort`, loading `libonnxruntime` from `runtime_library`.
+    Onnx {
+        /// The `.onnx` file.
+        model: PathBuf,
+        /// Path of `libonnxruntime.so`.
+        runtime_library: PathBuf,
+        /// Execution providers in preference order (`cuda`, `rocm`, `openvino`, `cpu`).
+        providers: Vec<String>,
+        /// Fail instead of falling back when the first provider cannot load.
+        require_first: bool,
+    },
+}
+
+/// Everything needed to load one encoder; equal specs share one loaded model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EncoderSpec {
+    /// Runtime.
+    pub backend: Backend,
+    /// Directory with `tokenizer.json` (and, for Candle, the weights and `config.json`).
+    pub model_dir: PathBuf,
+    /// Inputs are truncated to this many tokens (head of the text).
+    pub max_tokens: usize,
+    /// Threads the runtime may use for one forward pass.
+    pub threads: usize,
+    /// Batching and queueing.
+    pub batch: BatchSettings,
+}
+
+/// Loads the encoder a spec describes, on the calling thread.
+pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
+    let tokenizer =
+        tokenize::TextTokenizer::load(&spec.model_dir.join("tokenizer.json"), spec.max_tokens)?;
+    match &spec.backend {
+        Backend::Candle => Ok(Box::new(candle_bert::CandleBert::load(
+            &spec.model_dir,
+            tokenizer,
+        )?)),
+        Backend::Onnx {
+            model,
+            runtime_library,
+            providers,
+            require_first,
+        } => Ok(Box::new(onnx_bert::OnnxBert::load(
+            model,
+            runtime_library,
+            providers,
+            *require_first,
+            spec.threads,
+            tokenizer,
+        )?)),
+    }
+}
+
+/// Mean of the token vectors where `mask` is 1, then L2-normalised.
+pub(crate) fn mean_pool(hidden: &[f32], mask: &[i64], tokens: usize, dims: usize) -> Vec<f32> {
+    let mut pooled = vec![0.0f32; dims];
+    let mut count = 0.0f32;
+    for t in 0..tokens {
+        if mask[t] == 0 {
+            continue;
+        }
+        count += 1.0;
+        for (d, value) in pooled.iter_mut().enumerate() {
+            *value += hidden[t * dims + d];
+        }
+    }
+    let count = count.max(1.0);
+    for value in &mut pooled {
+        *value /= count;
+    }
+    normalize(&mut pooled);
+    pooled
+}
+
+/// Scales `v` to unit length (no-op for the zero vector).
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in v {
+            *x /= norm;
+        }
+    }
+}
+
+/// Cosine similarity of two unit vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}

@@ -1,0 +1,51 @@
+//! One loaded encoder per distinct specification and set of model files, shared by every
+//! configuration snapshot that names it: a policy reload never reloads unchanged weights.
+
+use super::{Backend, EncoderHandle, EncoderSpec, InferenceError};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::SystemTime;
+
+/// Size and modification time of each model file: a changed file loads a new encoder.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// Live encoders by specification and model files.
+type Loaded = HashMap<(EncoderSpec, Fingerprint), Weak<EncoderHandle>>;
+
+static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+
+fn fingerprint(spec: &EncoderSpec) -> Result<Fingerprint, InferenceError> {
+    let mut files = vec![spec.model_dir.join("tokenizer.json")];
+    match &spec.backend {
+        Backend::Candle => {
+            files.push(spec.model_dir.join("model.safetensors"));
+            files.push(spec.model_dir.join("config.json"));
+        }
+        Backend::Onnx { model, .. } => files.push(model.clone()),
+    }
+    files
+        .into_iter()
+        .map(|path| {
+            let meta = std::fs::metadata(&path)
+                .map_err(|e| InferenceError::Load(format!("{}: {e}", path.display())))?;
+            Ok((path, meta.len(), meta.modified().ok()))
+        })
+        .collect()
+}
+
+/// The running encoder for `spec`, loading it if no live snapshot holds one.
+pub fn shared_encoder(spec: &EncoderSpec) -> Result<Arc<EncoderHandle>, InferenceError> {
+    let key = (spec.clone(), fingerprint(spec)?);
+    let loaded = LOADED.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut loaded = loaded
+        .lock()
+        .map_err(|_| InferenceError::Load("encoder registry lock poisoned".to_owned()))?;
+    loaded.retain(|_, handle| handle.strong_count() > 0);
+    if let Some(handle) = loaded.get(&key).and_then(Weak::upgrade) {
+        return Ok(handle);
+    }
+    let handle = Arc::new(EncoderHandle::spawn(spec.clone())?);
+    loaded.insert(key, Arc::downgrade(&handle));
+    Ok(handle)
+}

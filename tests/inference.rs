@@ -1,0 +1,207 @@
+//! The inference layer on the real all-MiniLM-L6-v2 (Candle, fp32) and its int8 ONNX export
+//! (ONNX Runtime 1.31.1, CPU). Models come from `./scripts/fetch-models.sh`, which the test
+//! command runs first.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use mom_router::inference::{
+    cosine, Backend, BatchSettings, EncoderHandle, EncoderSpec, InferenceError,
+};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cache(path: &str) -> PathBuf {
+    let full = support::repo().join(".cache").join(path);
+    assert!(
+        full.exists(),
+        "{} is missing: run ./scripts/fetch-models.sh (./scripts/test.sh does)",
+        full.display()
+    );
+    full
+}
+
+fn settings(max_batch: usize, max_wait_ms: u64, queue: usize) -> BatchSettings {
+    BatchSettings {
+        max_batch,
+        max_wait: Duration::from_millis(max_wait_ms),
+        queue,
+        cache_entries: 0,
+    }
+}
+
+fn candle(batch: BatchSettings) -> EncoderSpec {
+    EncoderSpec {
+        backend: Backend::Candle,
+        model_dir: cache("models/all-MiniLM-L6-v2"),
+        max_tokens: 256,
+        threads: 1,
+        batch,
+    }
+}
+
+fn onnx(providers: &[&str], require_first: bool) -> EncoderSpec {
+    EncoderSpec {
+        backend: Backend::Onnx {
+            model: cache("models/all-MiniLM-L6-v2-int8/model.onnx"),
+            runtime_library: cache("onnxruntime/libonnxruntime.so"),
+            providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+            require_first,
+        },
+        model_dir: cache("models/all-MiniLM-L6-v2"),
+        max_tokens: 256,
+        threads: 1,
+        batch: settings(8, 1, 64),
+    }
+}
+
+const TEXTS: [&str; 3] = [
+    "This is a test sentence.",
+    "How do I reverse a linked list in Rust?",
+    "The weather in Lisbon is sunny today.",
+];
+
+fn texts() -> Vec<String> {
+    TEXTS.iter().map(|t| (*t).to_owned()).collect()
+}
+
+/// First five dimensions of Candle's embedding of "This is a test sentence.", recorded from a
+/// run of this encoder (all-MiniLM-L6-v2 safetensors, sha256 53aa5117…, mean pooling, L2 norm).
+const GOLDEN_FIRST_DIMS: [f32; 5] = [
+    0.084_296_5,
+    0.057_953_67,
+    0.004_493_302,
+    0.105_821_08,
+    0.007_083_444,
+];
+
+#[test]
+fn candle_embeddings_are_unit_length_and_match_the_recorded_golden_values() {
+    let encoder = EncoderHandle::spawn(candle(settings(8, 1, 64))).unwrap();
+    assert_eq!(encoder.describe(), "candle cpu");
+    let vectors = encoder.embed_blocking(&texts()).unwrap();
+    assert_eq!(vectors[0].len(), 384);
+    for v in &vectors {
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+    for (got, want) in vectors[0][..5].iter().zip(GOLDEN_FIRST_DIMS) {
+        assert!((got - want).abs() < 1e-4, "got {:?}", &vectors[0][..5]);
+    }
+}
+
+#[test]
+fn candle_and_onnx_runtime_agree_on_the_same_model() {
+    let candle = EncoderHandle::spawn(candle(settings(8, 1, 64))).unwrap();
+    let ort = EncoderHandle::spawn(onnx(&["cpu"], false)).unwrap();
+    assert_eq!(ort.describe(), "onnx cpu");
+    let a = candle.embed_blocking(&texts()).unwrap();
+    let b = ort.embed_blocking(&texts()).unwrap();
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        let similarity = cosine(x, y);
+        eprintln!("text {i}: candle fp32 vs onnx int8 cosine {similarity:.6}");
+        assert!(
+            similarity > 0.998,
+            "text {i}: fp32 vs int8 cosine {similarity}"
+        );
+    }
+    // Meaning, not bytes: the code question is closer to another code question than to weather.
+    let query = candle
+        .embed_blocking(&["My Rust program panics when I pop from an empty vector".to_owned()])
+        .unwrap();
+    assert!(cosine(&query[0], &a[1]) > cosine(&query[0], &a[2]) + 0.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_are_batched_and_each_gets_its_own_embedding() {
+    let encoder = Arc::new(EncoderHandle::spawn(candle(settings(8, 20, 64))).unwrap());
+    let prompts: Vec<String> = (0..24)
+        .map(|i| format!("request number {i} about topic {}", i % 5))
+        .collect();
+    let expected = encoder.embed_blocking(&prompts).unwrap();
+    let batches_before = encoder.stats().batches.load(Ordering::Relaxed);
+    let calls: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (encoder, p) = (encoder.clone(), p.clone());
+            tokio::spawn(async move { encoder.embed(&p).await })
+        })
+        .collect();
+    for (call, want) in calls.into_iter().zip(&expected) {
+        let got = call.await.unwrap().unwrap();
+        assert!(
+            cosine(&got, want) > 0.9999,
+            "a caller got another caller's embedding"
+        );
+    }
+    let batches = encoder.stats().batches.load(Ordering::Relaxed) - batches_before;
+    assert!(
+        batches < 24,
+        "24 calls ran in {batches} forward passes: no batching"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_overloaded_at_once_and_counts_it() {
+    let encoder = Arc::new(EncoderHandle::spawn(candle(settings(1, 0, 1))).unwrap());
+    let long = "word ".repeat(200);
+    let calls: Vec<_> = (0..40)
+        .map(|i| {
+            let (encoder, text) = (encoder.clone(), format!("{long} {i}"));
+            tokio::spawn(async move { encoder.embed(&text).await })
+        })
+        .collect();
+    let mut overloaded = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(v) => assert_eq!(v.len(), 384),
+            Err(InferenceError::Overloaded) => overloaded += 1,
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert!(
+        overloaded > 0,
+        "40 concurrent calls never filled a queue of 1"
+    );
+    assert_eq!(
+        encoder.stats().overloaded.load(Ordering::Relaxed),
+        overloaded
+    );
+}
+
+#[test]
+fn an_unavailable_provider_falls_back_and_says_why_or_fails_when_required() {
+    let fallback = EncoderHandle::spawn(onnx(&["rocm", "cpu"], false)).unwrap();
+    let described = fallback.describe().to_owned();
+    eprintln!("{described}");
+    assert!(
+        described.starts_with("onnx cpu (rocm unavailable: "),
+        "{described}"
+    );
+    assert!(!described.contains('\n'));
+    let required = EncoderHandle::spawn(onnx(&["rocm", "cpu"], true)).unwrap_err();
+    let InferenceError::Load(reason) = required else {
+        panic!("expected a load error, got {required:?}");
+    };
+    assert!(reason.starts_with("rocm unavailable: "), "{reason}");
+}
+
+#[test]
+fn a_missing_model_is_a_load_error_naming_the_file() {
+    let mut spec = candle(settings(1, 0, 1));
+    spec.model_dir = PathBuf::from("/nonexistent/minilm");
+    let error = EncoderHandle::spawn(spec).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("/nonexistent/minilm/tokenizer.json"),
+        "{error}"
+    );
+}

@@ -1,0 +1,137 @@
+//! Routing by meaning: the `examples/semantic` policy, whose embedding signal runs the real
+//! all-MiniLM-L6-v2 encoder, through the pipeline and through a real Envoy.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use mom_router::config::compile_str;
+use mom_router::engine::{self, Action, Routed};
+use mom_router::llm::Headers;
+use serde_json::Value;
+use support::sidecar::semantic_config;
+use support::stack::{ask, header, Stack};
+
+fn body(text: &str) -> Vec<u8> {
+    ask(text).to_string().into_bytes()
+}
+
+fn model_of(routed: &Routed) -> &str {
+    match &routed.action {
+        Action::Forward(forward) => &forward.model,
+        Action::Respond(reply) => panic!("expected a forward, got {reply:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_programming_question_without_keywords_routes_to_the_coder() {
+    let snapshot = compile_str(&semantic_config()).unwrap();
+    assert_eq!(snapshot.encoder.as_ref().unwrap().describe(), "candle cpu");
+    let routed = engine::on_request_body(
+        &snapshot,
+        &Headers::default(),
+        &body("My program crashes with a null pointer when the list is empty, why?"),
+    )
+    .await;
+    assert_eq!(model_of(&routed), "qwen2.5-coder-0.5b");
+    let signal = &routed.trace.signals[0];
+    assert_eq!(signal.kind, "embedding");
+    assert!(signal.matched);
+    assert!(signal.value.unwrap() >= 0.35, "{signal:?}");
+    assert!(signal.label.is_some());
+    let chat = engine::on_request_body(
+        &snapshot,
+        &Headers::default(),
+        &body("What a lovely sunny day for a picnic!"),
+    )
+    .await;
+    assert_eq!(model_of(&chat), "smollm2-135m");
+    assert!(!chat.trace.signals[0].matched);
+}
+
+#[tokio::test]
+async fn on_error_decides_what_a_missing_embedding_means() {
+    let question = body("Why does my code throw an exception?");
+    for (policy, expect_status, expect_model) in [
+        ("no_match", None, Some("smollm2-135m")),
+        ("match", None, Some("qwen2.5-coder-0.5b")),
+        ("fail", Some(503), None),
+    ] {
+        let text = semantic_config().replace("onError: no_match", &format!("onError: {policy}"));
+        let mut snapshot = compile_str(&text).unwrap();
+        snapshot.encoder = None; // the encoder is gone: every embedding call fails
+        let routed = engine::on_request_body(&snapshot, &Headers::default(), &question).await;
+        match (&routed.action, expect_status, expect_model) {
+            (Action::Forward(forward), None, Some(model)) => {
+                assert_eq!(forward.model, model, "{policy}");
+                assert!(
+                    routed.trace.signals[0].error.is_some(),
+                    "{policy}: error not recorded"
+                );
+            }
+            (Action::Respond(reply), Some(status), None) => {
+                assert_eq!(reply.status, status);
+                let error: Value = serde_json::from_slice(&reply.body).unwrap();
+                assert_eq!(error["error"]["code"], "signal_unavailable");
+                assert!(error["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("programming"));
+            }
+            (action, _, _) => panic!("{policy}: unexpected {action:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_embedding_signal_without_an_encoder_is_a_config_error() {
+    let start = semantic_config().find("inference:").unwrap();
+    let end = semantic_config().find("models:").unwrap();
+    let mut text = semantic_config();
+    text.replace_range(start..end, "");
+    let errors = compile_str(&text).unwrap_err().0;
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        lines,
+        vec!["signals[0].type: an embedding signal needs an encoder; configure inference.encoder"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_routes_by_the_embedding_signal_and_logs_it() {
+    let stack = Stack::start_with_config(&semantic_config()).await;
+    let response = stack
+        .chat(
+            &ask("How can I make this loop in my script run faster?"),
+            "semantic-code",
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-fake-backend"), "qwen2.5-coder-0.5b");
+    assert_eq!(header(&response, "x-mom-decision"), "programming");
+    let log = stack.envoy.access_log_line("semantic-code").await;
+    assert_eq!(log["mom_decision"], "programming");
+    let confidence = log["mom_confidence"].as_f64().unwrap();
+    assert!((0.35..=1.0).contains(&confidence), "{confidence}");
+    let small_talk = stack
+        .chat(
+            &ask("Good morning! Any plans for the weekend?"),
+            "semantic-chat",
+        )
+        .await;
+    assert_eq!(header(&small_talk, "x-fake-backend"), "smollm2-135m");
+    let ready: Value = reqwest::get(format!(
+        "{}/ready",
+        stack.sidecar.as_ref().unwrap().admin_url()
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(ready["encoder"], "candle cpu");
+}

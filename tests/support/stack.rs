@@ -1,0 +1,139 @@
+//! A whole stack on free loopback ports: FAKE backends, the in-process sidecar (on TCP, on a
+//! Unix socket, or absent) and a real Envoy from `envoy/quickstart.yaml`.
+
+use super::envoy::{self, Envoy};
+use super::fake_openai::FakeBackend;
+use super::free_port;
+use super::sidecar::{quickstart_config, Sidecar};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// How the sidecar runs in a stack.
+enum Mode<'a> {
+    Tcp(&'a str),
+    Unix(&'a str, &'a Path),
+    Down,
+}
+
+/// Everything a request passes through.
+pub struct Stack {
+    /// The real Envoy.
+    pub envoy: Envoy,
+    /// The sidecar, unless the stack runs without one.
+    pub sidecar: Option<Sidecar>,
+    /// The FAKE backends by model name.
+    pub backends: HashMap<&'static str, FakeBackend>,
+    /// A client for the public listener.
+    pub client: reqwest::Client,
+    _servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Stack {
+    /// The quickstart policy over TCP.
+    pub async fn start() -> Self {
+        Self::start_mode(Mode::Tcp(&quickstart_config())).await
+    }
+
+    /// Another policy over TCP.
+    pub async fn start_with_config(config: &str) -> Self {
+        Self::start_mode(Mode::Tcp(config)).await
+    }
+
+    /// The quickstart policy with the sidecar on a Unix socket.
+    pub async fn start_on_unix_socket(socket: &Path) -> Self {
+        Self::start_mode(Mode::Unix(&quickstart_config(), socket)).await
+    }
+
+    /// Envoy and backends with no sidecar listening.
+    pub async fn start_without_sidecar() -> Self {
+        Self::start_mode(Mode::Down).await
+    }
+
+    async fn start_mode(mode: Mode<'_>) -> Self {
+        let mut ports = HashMap::new();
+        let mut backends = HashMap::new();
+        let mut servers = Vec::new();
+        for (fixed, name) in envoy::BACKENDS {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            ports.insert(fixed, listener.local_addr().unwrap().port());
+            let mut backend = FakeBackend::new(name);
+            backend.chunk_pause = Duration::from_millis(200);
+            backends.insert(name, backend.clone());
+            servers.push(tokio::spawn(async move {
+                let _ = super::fake_openai::serve(listener, backend).await;
+            }));
+        }
+        for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
+            ports.insert(fixed, free_port());
+        }
+        let (sidecar, envoy) = match mode {
+            Mode::Tcp(config) => {
+                let sidecar = Sidecar::start(config, 0).await;
+                ports.insert(envoy::SIDECAR, sidecar.grpc_port());
+                (Some(sidecar), Envoy::start(ports).await)
+            }
+            Mode::Unix(config, socket) => {
+                let sidecar =
+                    Sidecar::start_on(config, &format!("unix:{}", socket.display())).await;
+                ports.insert(envoy::SIDECAR, free_port());
+                let pipe = format!("pipe: {{ path: {} }}", socket.display());
+                let tcp = "socket_address: { address: 127.0.0.1, port_value: 50051 }";
+                (
+                    Some(sidecar),
+                    Envoy::start_edited(ports, &[(tcp, pipe.as_str())]).await,
+                )
+            }
+            Mode::Down => {
+                ports.insert(envoy::SIDECAR, free_port());
+                (None, Envoy::start(ports).await)
+            }
+        };
+        Self {
+            envoy,
+            sidecar,
+            backends,
+            client: reqwest::Client::new(),
+            _servers: servers,
+        }
+    }
+
+    /// A public-listener URL; `marker` finds the request's access-log line.
+    pub fn url(&self, path: &str, marker: &str) -> String {
+        format!("{}{path}?t={marker}", self.envoy.public_url())
+    }
+
+    /// Posts a chat body through Envoy.
+    pub async fn chat(&self, body: &Value, marker: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/v1/chat/completions", marker))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Requests the backends received, in all.
+    pub fn requests_seen(&self) -> usize {
+        self.backends
+            .values()
+            .map(|b| b.seen.lock().unwrap().len())
+            .sum()
+    }
+}
+
+/// A `mom/auto` request with one user message.
+pub fn ask(text: &str) -> Value {
+    json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]})
+}
+
+/// A response header's value, or empty.
+pub fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
