@@ -61,6 +61,24 @@ fn explain_shows_signals_decision_and_the_upstream_request() {
 }
 
 #[test]
+fn explain_names_the_pii_types_found_never_the_values() {
+    let out = explain(
+        br#"{"model":"mom/auto","messages":[{"role":"user","content":"Call me on +44 20 7946 0958 or mail a.b@example.org"}]}"#,
+        &[],
+    );
+    assert_eq!(out["decision"], "personal_data");
+    let pii = out["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["type"] == "pii")
+        .unwrap();
+    assert_eq!(pii["matched"], true);
+    assert_eq!(pii["label"], "EMAIL,PHONE");
+    assert!(!out["signals"].to_string().contains("example.org"));
+}
+
+#[test]
 fn explain_uses_headers_for_header_signals() {
     let out = explain(
         br#"{"model":"mom/auto","messages":[{"role":"user","content":"hello"}]}"#,

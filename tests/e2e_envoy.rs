@@ -35,6 +35,12 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
             "code",
         ),
         (
+            "pii",
+            "My email is jane.doe@example.com, write a python script that validates it",
+            "smollm2-135m",
+            "personal_data",
+        ),
+        (
             "smalltalk",
             "Hi! How are you today?",
             "smollm2-135m",

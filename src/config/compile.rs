@@ -13,7 +13,8 @@ use crate::inference::{self, Backend, BatchSettings, EncoderHandle, EncoderSpec}
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::{
     Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, KeywordOperator, KeywordSignal,
-    LanguageSignal, MetadataSignal, OnError, Scope, Signal, SignalError, SignalKind, TokenRange,
+    LanguageSignal, MetadataSignal, OnError, PiiSignal, Scope, Signal, SignalError, SignalKind,
+    TokenRange,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -354,6 +355,15 @@ fn compile_signal(
                 ),
             )
         }
+        RawSignal::Pii {
+            name,
+            entities,
+            allow,
+            scope: s,
+        } => (
+            name,
+            SignalKind::Pii(PiiSignal::new(entities, allow, scope(*s))?),
+        ),
         RawSignal::Metadata {
             name,
             header,
@@ -406,6 +416,7 @@ fn signal_name(raw: &RawSignal) -> &str {
         | RawSignal::Language { name, .. }
         | RawSignal::Authz { name, .. }
         | RawSignal::Embedding { name, .. }
+        | RawSignal::Pii { name, .. }
         | RawSignal::Metadata { name, .. } => name,
     }
 }

@@ -264,6 +264,22 @@ pub enum RawSignal {
         #[serde(default)]
         on_error: RawOnError,
     },
+    /// Personal data found by validated detectors (e-mail, phone, card with Luhn, IBAN mod-97,
+    /// US SSN, IP address); reports the types, never the values.
+    #[serde(rename_all = "camelCase")]
+    Pii {
+        /// Signal name.
+        name: String,
+        /// Types that make the signal match; every type when empty.
+        #[serde(default)]
+        entities: Vec<String>,
+        /// Types that never count.
+        #[serde(default)]
+        allow: Vec<String>,
+        /// Which messages are scanned; default every message.
+        #[serde(default = "scope_all")]
+        scope: RawScope,
+    },
     /// A predicate on one request header.
     #[serde(rename_all = "camelCase")]
     Metadata {
@@ -278,6 +294,10 @@ pub enum RawSignal {
         /// Matches when the header is present (true) or absent (false).
         present: Option<bool>,
     },
+}
+
+fn scope_all() -> RawScope {
+    RawScope::All
 }
 
 fn default_true() -> bool {

@@ -8,6 +8,8 @@ mod embedding;
 mod keyword;
 mod language;
 mod metadata;
+mod pii;
+pub mod pii_patterns;
 mod text;
 
 pub use authz::AuthzSignal;
@@ -16,6 +18,7 @@ pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
+pub use pii::PiiSignal;
 pub use text::Scope;
 
 use crate::inference::InferenceError;
@@ -63,6 +66,8 @@ pub enum SignalKind {
     Authz(AuthzSignal),
     /// Similarity to candidate phrases.
     Embedding(EmbeddingSignal),
+    /// Personal data by validated detectors.
+    Pii(PiiSignal),
     /// A request-header predicate.
     Metadata(MetadataSignal),
 }
@@ -77,6 +82,7 @@ impl SignalKind {
             Self::Language(_) => "language",
             Self::Authz(_) => "authz",
             Self::Embedding(_) => "embedding",
+            Self::Pii(_) => "pii",
             Self::Metadata(_) => "metadata",
         }
     }
@@ -95,6 +101,7 @@ impl SignalKind {
             | Self::Conversation(_)
             | Self::Language(_)
             | Self::Authz(_)
+            | Self::Pii(_)
             | Self::Metadata(_) => None,
         }
     }
@@ -176,6 +183,7 @@ impl Signal {
             SignalKind::Language(signal) => signal.evaluate(request),
             SignalKind::Authz(signal) => signal.evaluate(headers),
             SignalKind::Embedding(signal) => signal.evaluate(neural.embedding.as_ref()),
+            SignalKind::Pii(signal) => signal.evaluate(request),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
         };
         let Evidence {

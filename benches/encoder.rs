@@ -1,0 +1,73 @@
+//! Raw encoder cost, Candle (fp32) vs ONNX Runtime (int8), at batch 1, 8 and 32 for 64- and
+//! 256-token inputs. Needs `./scripts/fetch-models.sh`. `cargo bench --bench encoder`.
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark without its models should stop loudly"
+)]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented function"
+)]
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use mom_router::inference::{self, Backend, BatchSettings, EncoderSpec};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn spec(backend: Backend) -> EncoderSpec {
+    EncoderSpec {
+        backend,
+        model_dir: cache("models/all-MiniLM-L6-v2"),
+        max_tokens: 256,
+        threads: 1,
+        batch: BatchSettings {
+            max_batch: 32,
+            max_wait: Duration::ZERO,
+            queue: 64,
+            cache_entries: 0,
+        },
+    }
+}
+
+fn cache(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(".cache")
+        .join(path)
+}
+
+fn encoders(c: &mut Criterion) {
+    let backends = [
+        ("candle_fp32", Backend::Candle),
+        (
+            "onnx_int8",
+            Backend::Onnx {
+                model: cache("models/all-MiniLM-L6-v2-int8/model.onnx"),
+                runtime_library: cache("onnxruntime/libonnxruntime.so"),
+                providers: vec!["cpu".to_owned()],
+                require_first: false,
+            },
+        ),
+    ];
+    for (name, backend) in backends {
+        let mut encoder = inference::load(&spec(backend)).expect("run ./scripts/fetch-models.sh");
+        let mut group = c.benchmark_group(format!("encoder_{name}"));
+        group
+            .sample_size(10)
+            .measurement_time(Duration::from_secs(4));
+        for tokens in [64usize, 256] {
+            // "word" is one token; [CLS] and [SEP] make up the rest.
+            let text = "word ".repeat(tokens - 2);
+            for batch in [1usize, 8, 32] {
+                let texts: Vec<&str> = vec![text.as_str(); batch];
+                group.throughput(Throughput::Elements(batch as u64));
+                group.bench_function(format!("{tokens}tok_batch{batch}"), |b| {
+                    b.iter(|| encoder.encode(&texts).expect("forward"))
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, encoders);
+criterion_main!(benches);

@@ -1,0 +1,209 @@
+//! Validated PII detectors: candidates found by regular expressions are kept only when they pass
+//! the format's own check (Luhn for cards, mod-97 for IBANs, range rules for US SSNs, octet
+//! bounds for IPv4, a parse for IPv6), so digits that merely look like an identifier do not count.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+/// The entity types the validated detectors find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PiiKind {
+    /// An e-mail address.
+    Email,
+    /// A phone number (10–15 digits).
+    Phone,
+    /// A payment card number passing the Luhn check.
+    CreditCard,
+    /// An IBAN passing the mod-97 check.
+    Iban,
+    /// A US social security number outside the never-issued ranges.
+    UsSsn,
+    /// An IPv4 or IPv6 address.
+    IpAddress,
+}
+
+impl PiiKind {
+    /// Every kind, in report order.
+    pub const ALL: [PiiKind; 6] = [
+        Self::Email,
+        Self::Phone,
+        Self::CreditCard,
+        Self::Iban,
+        Self::UsSsn,
+        Self::IpAddress,
+    ];
+
+    /// The name used in configuration, `explain` and block messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Email => "EMAIL",
+            Self::Phone => "PHONE",
+            Self::CreditCard => "CREDIT_CARD",
+            Self::Iban => "IBAN",
+            Self::UsSsn => "US_SSN",
+            Self::IpAddress => "IP_ADDRESS",
+        }
+    }
+
+    /// The kind called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+struct Detectors {
+    email: Regex,
+    phone: Regex,
+    card: Regex,
+    iban: Regex,
+    ssn: Regex,
+    ipv4: Regex,
+    ipv6: Regex,
+}
+
+fn detectors() -> Option<&'static Detectors> {
+    static DETECTORS: OnceLock<Option<Detectors>> = OnceLock::new();
+    DETECTORS
+        .get_or_init(|| {
+            Some(Detectors {
+                email: Regex::new(r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b").ok()?,
+                phone: Regex::new(
+                    r"(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){2,4}",
+                )
+                .ok()?,
+                card: Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").ok()?,
+                iban: Regex::new(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
+                    .ok()?,
+                ssn: Regex::new(r"\b(\d{3})-(\d{2})-(\d{4})\b").ok()?,
+                ipv4: Regex::new(r"\b(?:\d{1,3}\.){3}\d{1,3}\b").ok()?,
+                ipv6: Regex::new(r"(?i)\b(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}\b").ok()?,
+            })
+        })
+        .as_ref()
+}
+
+fn digits(text: &str) -> Vec<u32> {
+    text.chars().filter_map(|c| c.to_digit(10)).collect()
+}
+
+/// The Luhn checksum over a card number's digits.
+pub fn luhn(number: &str) -> bool {
+    let digits = digits(number);
+    if !(13..=19).contains(&digits.len()) {
+        return false;
+    }
+    let sum: u32 = digits
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &d)| {
+            if i % 2 == 1 {
+                let doubled = d * 2;
+                if doubled > 9 {
+                    doubled - 9
+                } else {
+                    doubled
+                }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum % 10 == 0
+}
+
+/// The ISO 13616 mod-97 check of an IBAN (spaces ignored).
+pub fn iban_valid(text: &str) -> bool {
+    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    if !(15..=34).contains(&compact.len()) {
+        return false;
+    }
+    let (head, tail) = compact.split_at(4);
+    let mut remainder: u64 = 0;
+    for c in tail.chars().chain(head.chars()) {
+        let value = match c.to_digit(36) {
+            Some(v) => v as u64,
+            None => return false,
+        };
+        let width = if value >= 10 { 100 } else { 10 };
+        remainder = (remainder * width + value) % 97;
+    }
+    remainder == 1
+}
+
+fn ssn_valid(area: &str, group: &str, serial: &str) -> bool {
+    let area: u32 = area.parse().unwrap_or(0);
+    area != 0 && area != 666 && area < 900 && group != "00" && serial != "0000"
+}
+
+/// Every validated entity kind found in `text`, each once, in [`PiiKind::ALL`] order.
+pub fn find(text: &str) -> Vec<PiiKind> {
+    let Some(d) = detectors() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if d.email.is_match(text) {
+        found.push(PiiKind::Email);
+    }
+    let card = d.card.find_iter(text).any(|m| luhn(m.as_str()));
+    let phone = d.phone.find_iter(text).any(|m| {
+        let n = digits(m.as_str()).len();
+        (10..=15).contains(&n) && !luhn(m.as_str())
+    });
+    if phone {
+        found.push(PiiKind::Phone);
+    }
+    if card {
+        found.push(PiiKind::CreditCard);
+    }
+    if d.iban.find_iter(text).any(|m| iban_valid(m.as_str())) {
+        found.push(PiiKind::Iban);
+    }
+    let ssn = d
+        .ssn
+        .captures_iter(text)
+        .any(|c| ssn_valid(&c[1], &c[2], &c[3]));
+    if ssn {
+        found.push(PiiKind::UsSsn);
+    }
+    let ipv4 = d
+        .ipv4
+        .find_iter(text)
+        .any(|m| m.as_str().parse::<std::net::Ipv4Addr>().is_ok());
+    let ipv6 = d.ipv6.find_iter(text).any(|m| {
+        m.as_str().matches(':').count() >= 2 && m.as_str().parse::<std::net::Ipv6Addr>().is_ok()
+    });
+    if ipv4 || ipv6 {
+        found.push(PiiKind::IpAddress);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksums_accept_real_formats_and_reject_near_misses() {
+        assert!(luhn("4111 1111 1111 1111"));
+        assert!(!luhn("4111 1111 1111 1112"));
+        assert!(iban_valid("GB82 WEST 1234 5698 7654 32"));
+        assert!(!iban_valid("GB82 WEST 1234 5698 7654 33"));
+        assert!(ssn_valid("123", "45", "6789"));
+        assert!(!ssn_valid("666", "45", "6789"));
+        assert!(!ssn_valid("900", "45", "6789"));
+    }
+
+    #[test]
+    fn finds_each_kind_once_and_only_when_valid() {
+        let text = "Mail jane.doe@example.com or call +1 415 555 0132; card 4111-1111-1111-1111, \
+                    IBAN DE89 3704 0044 0532 0130 00, SSN 123-45-6789, host 10.0.0.255";
+        assert_eq!(find(text), PiiKind::ALL.to_vec());
+        assert!(find("order 1234-5678 shipped in 2024, version 1.2.3.4000").is_empty());
+        assert!(find("card 4111 1111 1111 1112 and ssn 000-12-3456 and 999.1.1.1").is_empty());
+        assert_eq!(
+            find("reach me at fe80::1ff:fe23:4567:890a"),
+            vec![PiiKind::IpAddress]
+        );
+    }
+}
