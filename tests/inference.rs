@@ -205,3 +205,47 @@ fn a_missing_model_is_a_load_error_naming_the_file() {
         "{error}"
     );
 }
+
+fn rampart(max_tokens: usize) -> mom_router::inference::TokenClassifierSpec {
+    mom_router::inference::TokenClassifierSpec {
+        model: cache("models/rampart/model_q4.onnx"),
+        model_dir: cache("models/rampart"),
+        runtime_library: cache("onnxruntime/libonnxruntime.so"),
+        providers: vec!["cpu".to_owned()],
+        require_first: false,
+        max_tokens,
+        threads: 1,
+    }
+}
+
+#[test]
+fn the_pii_token_classifier_names_entity_types_even_past_the_first_window() {
+    use mom_router::inference::{Batched, OnnxTokenClassifier};
+    let mut ner = OnnxTokenClassifier::load(&rampart(64)).unwrap();
+    assert_eq!(ner.describe(), "onnx cpu");
+    assert!(ner.entity_types().contains(&"GIVEN_NAME".to_owned()));
+    let filler = "The quarterly report covers revenue and costs in detail. ".repeat(20);
+    let late =
+        format!("{filler} Please send the invoice to John Smith at 42 Baker Street, London.");
+    let texts = [
+        "Hi, my name is Maria Garcia and I live in Springfield.",
+        "What is the boiling point of water at sea level?",
+        late.as_str(),
+    ];
+    let found = ner.run(&texts).unwrap();
+    for (text, entities) in texts.iter().zip(&found) {
+        eprintln!("{:?} -> {entities:?}", &text[..text.len().min(60)]);
+    }
+    let kinds = |i: usize| -> Vec<String> { found[i].iter().map(|e| e.kind.clone()).collect() };
+    assert!(
+        kinds(0).contains(&"GIVEN_NAME".to_owned()),
+        "{:?}",
+        found[0]
+    );
+    assert!(found[1].iter().all(|e| e.score < 0.5), "{:?}", found[1]);
+    assert!(
+        kinds(2).contains(&"STREET_NAME".to_owned()) && kinds(2).contains(&"SURNAME".to_owned()),
+        "{:?}",
+        found[2]
+    );
+}

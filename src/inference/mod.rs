@@ -5,12 +5,15 @@
 
 mod candle_bert;
 mod onnx_bert;
+mod onnx_ner;
+mod onnx_session;
 mod registry;
 mod tokenize;
 pub mod worker;
 
+pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
 pub use registry::shared_encoder;
-pub use worker::{BatchSettings, EncoderHandle, EncoderStats};
+pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 
 use std::path::PathBuf;
 

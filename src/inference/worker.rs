@@ -1,8 +1,9 @@
-//! The encoder worker: one dedicated thread owns the model, reads jobs from a bounded queue,
-//! gathers up to `max_batch` of them for at most `max_wait`, runs one forward pass and answers
-//! each caller on its own reply channel. Repeated texts are answered from a cache.
+//! The model worker: one dedicated thread owns a model, reads jobs from a bounded queue, gathers
+//! up to `max_batch` of them for at most `max_wait`, runs one forward pass and answers each
+//! caller on its own reply channel. Repeated texts are answered from a cache. The same worker
+//! serves sentence encoders and token classifiers ([`Batched`]).
 
-use super::{load, EncoderSpec, InferenceError};
+use super::{load, Encoder, EncoderSpec, InferenceError};
 use moka::sync::Cache;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -35,58 +36,104 @@ pub struct EncoderStats {
     pub cache_hits: AtomicU64,
 }
 
-type Embedding = Arc<Vec<f32>>;
-type Answer = Result<Embedding, InferenceError>;
-
-enum ReplyTo {
-    Async(tokio::sync::oneshot::Sender<Answer>),
-    Blocking(mpsc::Sender<Answer>),
+/// A model the worker can batch: texts in, one output per text.
+pub trait Batched {
+    /// What the model returns for one text.
+    type Output;
+    /// Runs one batch.
+    fn run(&mut self, texts: &[&str]) -> Result<Vec<Self::Output>, InferenceError>;
+    /// What runs the model (backend and execution provider actually in use).
+    fn describe(&self) -> String;
 }
 
-struct Job {
+impl Batched for Box<dyn Encoder> {
+    type Output = Vec<f32>;
+
+    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, InferenceError> {
+        self.encode(texts)
+    }
+
+    fn describe(&self) -> String {
+        Encoder::describe(self.as_ref())
+    }
+}
+
+type Answer<O> = Result<Arc<O>, InferenceError>;
+
+enum ReplyTo<O> {
+    Async(tokio::sync::oneshot::Sender<Answer<O>>),
+    Blocking(mpsc::Sender<Answer<O>>),
+}
+
+struct Job<O> {
     text: String,
-    reply: ReplyTo,
+    reply: ReplyTo<O>,
 }
 
-/// A running encoder: cheap to share; the worker stops when the last handle is dropped.
-pub struct EncoderHandle {
-    jobs: SyncSender<Job>,
-    cache: Cache<String, Embedding>,
+/// A running model: cheap to share; the worker stops when the last handle is dropped.
+pub struct ModelHandle<O> {
+    jobs: SyncSender<Job<O>>,
+    cache: Cache<String, Arc<O>>,
     described: String,
     stats: Arc<EncoderStats>,
 }
 
-impl std::fmt::Debug for EncoderHandle {
+/// A running sentence encoder.
+pub type EncoderHandle = ModelHandle<Vec<f32>>;
+
+impl<O> std::fmt::Debug for ModelHandle<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EncoderHandle")
+        f.debug_struct("ModelHandle")
             .field("described", &self.described)
             .finish_non_exhaustive()
     }
 }
 
 impl EncoderHandle {
-    /// Loads the model on a new worker thread and waits until it is ready (or failed).
+    /// Loads the encoder on a new worker thread and waits until it is ready (or failed).
     pub fn spawn(spec: EncoderSpec) -> Result<Self, InferenceError> {
         let settings = spec.batch;
-        let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
+        Self::start("mom-encoder", settings, move || load(&spec))
+    }
+
+    /// Embeds one text (see [`ModelHandle::call`]).
+    pub async fn embed(&self, text: &str) -> Answer<Vec<f32>> {
+        self.call(text).await
+    }
+
+    /// Embeds several texts from a thread that may block (configuration compilation).
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Arc<Vec<f32>>>, InferenceError> {
+        self.call_blocking(texts)
+    }
+}
+
+impl<O: Send + Sync + 'static> ModelHandle<O> {
+    /// Loads a model with `load` on a new worker thread named `name` and waits until it is
+    /// ready (or failed).
+    pub fn start<M, F>(name: &str, settings: BatchSettings, load: F) -> Result<Self, InferenceError>
+    where
+        M: Batched<Output = O>,
+        F: FnOnce() -> Result<M, InferenceError> + Send + 'static,
+    {
+        let (jobs, queue) = mpsc::sync_channel::<Job<O>>(settings.queue.max(1));
         let (ready_tx, ready_rx) = mpsc::channel();
         let stats = Arc::new(EncoderStats::default());
         let worker_stats = stats.clone();
         std::thread::Builder::new()
-            .name("mom-encoder".to_owned())
-            .spawn(move || match load(&spec) {
-                Ok(mut encoder) => {
-                    let _ = ready_tx.send(Ok(encoder.describe()));
+            .name(name.to_owned())
+            .spawn(move || match load() {
+                Ok(mut model) => {
+                    let _ = ready_tx.send(Ok(model.describe()));
                     drop(ready_tx);
-                    serve(encoder.as_mut(), &queue, settings, &worker_stats);
+                    serve(&mut model, &queue, settings, &worker_stats);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| InferenceError::Load(format!("cannot start encoder thread: {e}")))?;
+            .map_err(|e| InferenceError::Load(format!("cannot start {name} thread: {e}")))?;
         let described = ready_rx.recv().map_err(|_| InferenceError::Closed)??;
-        tracing::info!(encoder = %described, "encoder ready");
+        tracing::info!(model = %described, worker = name, "model ready");
         Ok(Self {
             jobs,
             cache: Cache::new(settings.cache_entries),
@@ -105,9 +152,9 @@ impl EncoderHandle {
         &self.stats
     }
 
-    /// Embeds one text: from the cache, or queued for the next batch; `Overloaded` at once when
-    /// the queue is full.
-    pub async fn embed(&self, text: &str) -> Answer {
+    /// Runs the model on one text: from the cache, or queued for the next batch; `Overloaded`
+    /// at once when the queue is full.
+    pub async fn call(&self, text: &str) -> Answer<O> {
         if let Some(hit) = self.cache.get(text) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
@@ -125,13 +172,13 @@ impl EncoderHandle {
             }
             Err(TrySendError::Disconnected(_)) => return Err(InferenceError::Closed),
         }
-        let embedding = answer.await.map_err(|_| InferenceError::Closed)??;
-        self.cache.insert(text.to_owned(), embedding.clone());
-        Ok(embedding)
+        let output = answer.await.map_err(|_| InferenceError::Closed)??;
+        self.cache.insert(text.to_owned(), output.clone());
+        Ok(output)
     }
 
-    /// Embeds several texts from a thread that may block (configuration compilation).
-    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Embedding>, InferenceError> {
+    /// Runs the model on several texts from a thread that may block.
+    pub fn call_blocking(&self, texts: &[String]) -> Result<Vec<Arc<O>>, InferenceError> {
         let mut waiting = Vec::with_capacity(texts.len());
         for text in texts {
             let (reply, answer) = mpsc::channel();
@@ -150,9 +197,9 @@ impl EncoderHandle {
     }
 }
 
-fn serve(
-    encoder: &mut dyn super::Encoder,
-    queue: &mpsc::Receiver<Job>,
+fn serve<M: Batched>(
+    model: &mut M,
+    queue: &mpsc::Receiver<Job<M::Output>>,
     settings: BatchSettings,
     stats: &EncoderStats,
 ) {
@@ -167,7 +214,7 @@ fn serve(
             }
         }
         let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
-        let result = encoder.encode(&texts);
+        let result = model.run(&texts);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.items.fetch_add(jobs.len() as u64, Ordering::Relaxed);
         match result {
@@ -195,7 +242,7 @@ fn serve(
     }
 }
 
-fn answer(reply: ReplyTo, result: Answer) {
+fn answer<O>(reply: ReplyTo<O>, result: Answer<O>) {
     // A caller that gave up (dropped its receiver) needs no answer.
     match reply {
         ReplyTo::Async(tx) => {

@@ -1,0 +1,244 @@
+//! Token classifier (BERT for token classification, BIO labels) on ONNX Runtime, used for PII
+//! entities. Long texts are scanned in overlapping windows of `max_tokens` so nothing past the
+//! first window is missed; the result is the set of entity types found, never the text.
+
+use super::onnx_session::open_session;
+use super::worker::Batched;
+use super::InferenceError;
+use ort::session::Session;
+use ort::value::Tensor;
+use std::path::Path;
+use tokenizers::Tokenizer;
+
+/// An entity type found in a text, with the best token probability that supports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityFound {
+    /// The type without its B-/I- prefix, e.g. `GIVEN_NAME`.
+    pub kind: String,
+    /// Highest softmax probability among its tokens.
+    pub score: f32,
+}
+
+/// The ONNX token classifier.
+pub struct OnnxTokenClassifier {
+    session: Session,
+    tokenizer: Tokenizer,
+    labels: Vec<String>,
+    described: String,
+    window: usize,
+    cls: i64,
+    sep: i64,
+}
+
+/// Everything needed to load a token classifier.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenClassifierSpec {
+    /// The `.onnx` file.
+    pub model: std::path::PathBuf,
+    /// Directory with `tokenizer.json` and `config.json` (its `id2label`).
+    pub model_dir: std::path::PathBuf,
+    /// `libonnxruntime.so`.
+    pub runtime_library: std::path::PathBuf,
+    /// Execution providers in preference order.
+    pub providers: Vec<String>,
+    /// Fail when the first provider is unavailable.
+    pub require_first: bool,
+    /// Window length in tokens; windows overlap by a quarter.
+    pub max_tokens: usize,
+    /// Threads for one forward pass.
+    pub threads: usize,
+}
+
+fn load_error(e: impl std::fmt::Display) -> InferenceError {
+    InferenceError::Load(e.to_string())
+}
+
+/// The label names of a Hugging Face `config.json`, by id.
+pub fn labels_of(config: &Path) -> Result<Vec<String>, InferenceError> {
+    let text =
+        std::fs::read(config).map_err(|e| load_error(format!("{}: {e}", config.display())))?;
+    let json: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| load_error(format!("{}: {e}", config.display())))?;
+    let Some(map) = json["id2label"].as_object() else {
+        return Err(load_error(format!("{}: no id2label", config.display())));
+    };
+    let mut labels = vec![String::new(); map.len()];
+    for (id, label) in map {
+        let index: usize = id.parse().map_err(|_| {
+            load_error(format!(
+                "{}: label id {id:?} is not a number",
+                config.display()
+            ))
+        })?;
+        let slot = labels
+            .get_mut(index)
+            .ok_or_else(|| load_error(format!("{}: label ids are not 0..n", config.display())))?;
+        *slot = label.as_str().unwrap_or_default().to_owned();
+    }
+    Ok(labels)
+}
+
+impl OnnxTokenClassifier {
+    /// Loads the model, its tokenizer and its labels.
+    pub fn load(spec: &TokenClassifierSpec) -> Result<Self, InferenceError> {
+        let tokenizer_path = spec.model_dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| load_error(format!("{}: {e}", tokenizer_path.display())))?;
+        tokenizer.with_truncation(None).map_err(load_error)?;
+        tokenizer.with_padding(None);
+        let special = |token: &str| {
+            tokenizer.token_to_id(token).map(i64::from).ok_or_else(|| {
+                load_error(format!("{}: no {token} token", tokenizer_path.display()))
+            })
+        };
+        let (cls, sep) = (special("[CLS]")?, special("[SEP]")?);
+        let labels = labels_of(&spec.model_dir.join("config.json"))?;
+        let (session, described) = open_session(
+            &spec.model,
+            &spec.runtime_library,
+            &spec.providers,
+            spec.require_first,
+            spec.threads,
+        )?;
+        Ok(Self {
+            session,
+            tokenizer,
+            labels,
+            described,
+            window: spec.max_tokens.max(8),
+            cls,
+            sep,
+        })
+    }
+
+    /// Entity types (without B-/I-) this model can report.
+    pub fn entity_types(&self) -> Vec<String> {
+        let mut types: Vec<String> = self
+            .labels
+            .iter()
+            .filter_map(|l| l.strip_prefix("B-").map(str::to_owned))
+            .collect();
+        types.dedup();
+        types
+    }
+}
+
+impl Batched for OnnxTokenClassifier {
+    type Output = Vec<EntityFound>;
+
+    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<EntityFound>>, InferenceError> {
+        let run = |e: String| InferenceError::Run(e);
+        // Every window of every text is one row; `owner` maps rows back to texts.
+        let mut rows: Vec<(Vec<i64>, Vec<i64>)> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let encoding = self
+                .tokenizer
+                .encode(*text, false)
+                .map_err(|e| run(format!("tokenizer: {e}")))?;
+            for window in windows(encoding.get_ids(), self.window, self.cls, self.sep) {
+                let mask = vec![1; window.len()];
+                rows.push((window, mask));
+                owner.push(i);
+            }
+        }
+        let mut found: Vec<Vec<EntityFound>> = vec![Vec::new(); texts.len()];
+        if rows.is_empty() {
+            return Ok(found);
+        }
+        let tokens = rows.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
+        let batch = rows.len();
+        let mut ids = Vec::with_capacity(batch * tokens);
+        let mut mask = Vec::with_capacity(batch * tokens);
+        for (row_ids, row_mask) in &rows {
+            ids.extend(row_ids);
+            ids.extend(std::iter::repeat_n(0, tokens - row_ids.len()));
+            mask.extend(row_mask);
+            mask.extend(std::iter::repeat_n(0, tokens - row_mask.len()));
+        }
+        let shape = [batch, tokens];
+        let types = vec![0i64; batch * tokens];
+        let tensor =
+            |data: Vec<i64>| Tensor::from_array((shape, data)).map_err(|e| run(e.to_string()));
+        let outputs = self
+            .session
+            .run(ort::inputs![
+                "input_ids" => tensor(ids)?,
+                "attention_mask" => tensor(mask.clone())?,
+                "token_type_ids" => tensor(types)?,
+            ])
+            .map_err(|e| run(e.to_string()))?;
+        let (_, logits) = outputs[0]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| run(e.to_string()))?;
+        let classes = self.labels.len();
+        if logits.len() != batch * tokens * classes {
+            return Err(run(format!(
+                "logits hold {} values, expected {batch} x {tokens} x {classes}",
+                logits.len()
+            )));
+        }
+        for row in 0..batch {
+            for t in 0..tokens {
+                if mask[row * tokens + t] == 0 {
+                    continue;
+                }
+                let scores =
+                    &logits[(row * tokens + t) * classes..(row * tokens + t + 1) * classes];
+                let (best, probability) = softmax_argmax(scores);
+                let label = &self.labels[best];
+                let Some(kind) = label
+                    .strip_prefix("B-")
+                    .or_else(|| label.strip_prefix("I-"))
+                else {
+                    continue;
+                };
+                let entities = &mut found[owner[row]];
+                match entities.iter_mut().find(|e| e.kind == kind) {
+                    Some(entity) => entity.score = entity.score.max(probability),
+                    None => entities.push(EntityFound {
+                        kind: kind.to_owned(),
+                        score: probability,
+                    }),
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+}
+
+/// Splits token ids into windows of at most `window` tokens including [CLS] and [SEP], each
+/// overlapping the previous by a quarter, so an entity cut at one edge is whole in the next.
+fn windows(ids: &[u32], window: usize, cls: i64, sep: i64) -> Vec<Vec<i64>> {
+    let body = window - 2;
+    let step = (body - body / 4).max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    loop {
+        let end = (start + body).min(ids.len());
+        let mut row = Vec::with_capacity(end - start + 2);
+        row.push(cls);
+        row.extend(ids[start..end].iter().map(|&x| i64::from(x)));
+        row.push(sep);
+        out.push(row);
+        if end == ids.len() {
+            return out;
+        }
+        start += step;
+    }
+}
+
+fn softmax_argmax(scores: &[f32]) -> (usize, f32) {
+    let max = scores.iter().copied().fold(f32::MIN, f32::max);
+    let sum: f32 = scores.iter().map(|s| (s - max).exp()).sum();
+    let (best, top) =
+        scores.iter().enumerate().fold(
+            (0, f32::MIN),
+            |acc, (i, s)| if *s > acc.1 { (i, *s) } else { acc },
+        );
+    (best, (top - max).exp() / sum)
+}

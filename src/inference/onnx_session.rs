@@ -1,0 +1,105 @@
+//! ONNX Runtime through `ort` (`load-dynamic`): the runtime library is loaded once per process
+//! from the configured path, and execution providers are tried in the configured order, each
+//! failure recorded in one line, falling back to the next (normally the CPU).
+
+use super::InferenceError;
+use ort::environment::Environment;
+use ort::ep;
+use ort::session::Session;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// Which library the process's ONNX Runtime came from, and the environment or why it failed.
+type LoadedRuntime = Option<(PathBuf, Result<Environment, String>)>;
+
+/// The process's ONNX Runtime: one per process, loaded on first use.
+static RUNTIME: OnceLock<Mutex<LoadedRuntime>> = OnceLock::new();
+
+fn environment(library: &Path) -> Result<Environment, InferenceError> {
+    let cell = RUNTIME.get_or_init(|| Mutex::new(None));
+    let mut slot = cell
+        .lock()
+        .map_err(|_| InferenceError::Load("onnx runtime lock poisoned".to_owned()))?;
+    if slot.is_none() {
+        let loaded = ort::init_from(library)
+            .map_err(|e| format!("cannot load {}: {e}", library.display()))
+            .and_then(|builder| {
+                builder
+                    .with_name("mom-router")
+                    .build()
+                    .map_err(|e| e.to_string())
+            });
+        *slot = Some((library.to_owned(), loaded));
+    }
+    match slot.as_ref() {
+        Some((loaded_from, _)) if loaded_from != library => Err(InferenceError::Load(format!(
+            "ONNX Runtime was already loaded from {}; one process uses one runtime library",
+            loaded_from.display()
+        ))),
+        Some((_, Ok(env))) => Ok(env.clone()),
+        Some((_, Err(reason))) => Err(InferenceError::Load(reason.clone())),
+        None => Err(InferenceError::Load(
+            "onnx runtime not initialised".to_owned(),
+        )),
+    }
+}
+
+fn provider(name: &str) -> Option<ep::ExecutionProviderDispatch> {
+    match name {
+        "cuda" => Some(ep::CUDA::default().build().error_on_failure()),
+        "rocm" => Some(ep::ROCm::default().build().error_on_failure()),
+        "openvino" => Some(ep::OpenVINO::default().build().error_on_failure()),
+        _ => None,
+    }
+}
+
+/// Opens `model` with the first execution provider in `providers` that registers; returns the
+/// session and a description such as `onnx cpu (cuda unavailable: …)`.
+pub fn open_session(
+    model: &Path,
+    library: &Path,
+    providers: &[String],
+    require_first: bool,
+    threads: usize,
+) -> Result<(Session, String), InferenceError> {
+    let env = environment(library)?;
+    let mut skipped = Vec::new();
+    for (i, name) in providers.iter().enumerate() {
+        let builder = Session::builder(&env)
+            .and_then(|b| b.with_intra_threads(threads.max(1)).map_err(Into::into))
+            .map_err(|e| InferenceError::Load(e.to_string()))?;
+        let builder = match provider(name) {
+            None => Ok(builder),
+            Some(dispatch) => builder
+                .with_execution_providers([dispatch])
+                .map_err(|e| e.to_string()),
+        };
+        let session =
+            builder.and_then(|mut b| b.commit_from_file(model).map_err(|e| e.to_string()));
+        match session {
+            Ok(session) => {
+                let mut described = format!("onnx {name}");
+                if !skipped.is_empty() {
+                    described.push_str(&format!(" ({})", skipped.join("; ")));
+                }
+                return Ok((session, described));
+            }
+            Err(reason) => {
+                let line = format!(
+                    "{name} unavailable: {}",
+                    reason.lines().next().unwrap_or_default()
+                );
+                tracing::warn!(provider = %name, %reason, "execution provider failed; trying the next");
+                if i == 0 && require_first {
+                    return Err(InferenceError::Load(line));
+                }
+                skipped.push(line);
+            }
+        }
+    }
+    Err(InferenceError::Load(format!(
+        "no execution provider could load {}: {}",
+        model.display(),
+        skipped.join("; ")
+    )))
+}
