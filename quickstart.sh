@@ -31,6 +31,8 @@ done
 
 export CARGO_TARGET_DIR="$(default_target_dir)"
 install_envoy
+say "fetching the PII token classifier and ONNX Runtime (pinned, sha256-checked, cached in .cache/)"
+install_encoders
 say "building mom-router (release)"
 cargo build --release --quiet --bin mom-router --example fake_openai
 BIN="$CARGO_TARGET_DIR/release"

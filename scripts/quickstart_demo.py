@@ -22,6 +22,8 @@ SAMPLES = [
     ("maths", "POST", "/v1/chat/completions", chat("Solve 12 * 7 and explain the steps.")),
     ("code", "POST", "/v1/chat/completions", chat("Write a python function that reverses a string.")),
     ("small talk", "POST", "/v1/chat/completions", chat("Hi there! What is the capital of France?")),
+    ("personal data", "POST", "/v1/chat/completions",
+     chat("I'm Maria Garcia from 42 Baker Street; write a python function to format my address.")),
     ("long context", "POST", "/v1/chat/completions",
      chat("Summarise this: " + "The tide rose over the harbour wall. " * 120)),
     ("explicit model", "POST", "/v1/chat/completions", chat("Say hello.", model="gemma3-270m")),

@@ -41,6 +41,12 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
             "personal_data",
         ),
         (
+            "names",
+            "Hello, I am Maria Garcia and I live at 42 Baker Street. Can you fix my python code?",
+            "smollm2-135m",
+            "personal_data",
+        ),
+        (
             "smalltalk",
             "Hi! How are you today?",
             "smollm2-135m",

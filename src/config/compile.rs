@@ -5,11 +5,14 @@ use super::error::Errors;
 use super::parse::RawConfig;
 use super::raw::{
     RawAggregate, RawAlgorithm, RawBackend, RawDecision, RawEncoder, RawIdentity,
-    RawKeywordOperator, RawModel, RawOnError, RawRule, RawScope, RawSignal,
+    RawKeywordOperator, RawModel, RawNer, RawOnError, RawRule, RawScope, RawSignal,
 };
 use super::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
 use crate::decision::Rule;
-use crate::inference::{self, Backend, BatchSettings, EncoderHandle, EncoderSpec};
+use crate::inference::{
+    self, Backend, BatchSettings, EncoderHandle, EncoderSpec, TokenClassifierHandle,
+    TokenClassifierSpec,
+};
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::{
     Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, KeywordOperator, KeywordSignal,
@@ -35,7 +38,17 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let encoder = raw
         .inference
         .as_ref()
-        .and_then(|inference| compile_encoder(&inference.encoder, base, errors));
+        .and_then(|inference| inference.encoder.as_ref())
+        .and_then(|encoder| compile_encoder(encoder, base, errors));
+    let ner = raw
+        .inference
+        .as_ref()
+        .and_then(|inference| inference.ner.as_ref())
+        .and_then(|ner| compile_ner(ner, base, errors));
+    let neural_models = Models {
+        encoder: encoder.as_ref(),
+        ner: ner.as_ref(),
+    };
     // Names index every parsed entry, valid or not, so one bad entry does not turn each
     // reference to it into a second, misleading "unknown" error.
     let model_index = index_by_name(
@@ -51,7 +64,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         &raw.broken,
         errors,
     );
-    let signals = compile_signals(&raw.signals, encoder.as_ref(), errors);
+    let signals = compile_signals(&raw.signals, &neural_models, errors);
     let decision_index = index_by_name(
         raw.decisions.iter().map(|(i, d)| (*i, d.name.as_str())),
         "decisions",
@@ -103,6 +116,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         signals: signals.into_iter().collect::<Option<_>>()?,
         decisions: decisions.into_iter().collect::<Option<_>>()?,
         encoder,
+        ner: ner.map(|n| n.handle),
         model_index,
         identity_index,
     })
@@ -250,10 +264,20 @@ fn scope(raw: RawScope) -> Scope {
     }
 }
 
-fn compile_signal(
-    raw: &RawSignal,
-    encoder: Option<&Arc<EncoderHandle>>,
-) -> Result<Signal, Vec<SignalError>> {
+/// The models neural signals may use.
+struct Models<'a> {
+    encoder: Option<&'a Arc<EncoderHandle>>,
+    ner: Option<&'a CompiledNer>,
+}
+
+/// A loaded token classifier and what it reports.
+struct CompiledNer {
+    handle: Arc<TokenClassifierHandle>,
+    types: Vec<String>,
+    min_score: f32,
+}
+
+fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<SignalError>> {
     let one = |e: SignalError| vec![e];
     let (name, kind) = match raw {
         RawSignal::Keyword {
@@ -325,7 +349,7 @@ fn compile_signal(
             aggregate,
             on_error,
         } => {
-            let Some(encoder) = encoder else {
+            let Some(encoder) = models.encoder else {
                 return Err(one(SignalError::new(
                     "type",
                     "an embedding signal needs an encoder; configure inference.encoder",
@@ -341,11 +365,7 @@ fn compile_signal(
                 RawAggregate::Max => Aggregate::Max,
                 RawAggregate::Mean => Aggregate::Mean,
             };
-            let on_error = match on_error {
-                RawOnError::NoMatch => OnError::NoMatch,
-                RawOnError::Match => OnError::Match,
-                RawOnError::Fail => OnError::Fail,
-            };
+            let on_error = on_error_of(*on_error);
             let candidates = candidates.iter().cloned().zip(vectors).collect();
             (
                 name,
@@ -360,9 +380,17 @@ fn compile_signal(
             entities,
             allow,
             scope: s,
+            on_error,
         } => (
             name,
-            SignalKind::Pii(PiiSignal::new(entities, allow, scope(*s))?),
+            SignalKind::Pii(PiiSignal::new(
+                entities,
+                allow,
+                scope(*s),
+                models.ner.map(|n| n.types.as_slice()),
+                models.ner.map_or(0.5, |n| n.min_score),
+                on_error_of(*on_error),
+            )?),
         ),
         RawSignal::Metadata {
             name,
@@ -388,14 +416,22 @@ fn compile_signal(
 }
 
 /// One entry per parsed signal, `None` where the signal is invalid.
+fn on_error_of(raw: RawOnError) -> OnError {
+    match raw {
+        RawOnError::NoMatch => OnError::NoMatch,
+        RawOnError::Match => OnError::Match,
+        RawOnError::Fail => OnError::Fail,
+    }
+}
+
 fn compile_signals(
     raw: &[(usize, RawSignal)],
-    encoder: Option<&Arc<EncoderHandle>>,
+    models: &Models,
     errors: &mut Errors,
 ) -> Vec<Option<Signal>> {
     let mut signals = Vec::new();
     for (i, signal) in raw {
-        match compile_signal(signal, encoder) {
+        match compile_signal(signal, models) {
             Ok(signal) => signals.push(Some(signal)),
             Err(problems) => {
                 for problem in problems {
@@ -613,12 +649,16 @@ fn compile_identities(
             decision.rule.collect_signals(&mut signals);
         }
         signals.sort_unstable();
-        let needs_embedding = signals.iter().any(|&s| {
-            compiled_signals
-                .get(s)
-                .and_then(Option::as_ref)
-                .is_some_and(|signal| signal.kind.needs_embedding())
-        });
+        let uses = |test: fn(&SignalKind) -> bool| {
+            signals.iter().any(|&s| {
+                compiled_signals
+                    .get(s)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|signal| test(&signal.kind))
+            })
+        };
+        let needs_embedding = uses(SignalKind::needs_embedding);
+        let needs_entities = uses(SignalKind::needs_entities);
         if let (true, Some(default_model)) = (ok, default_model) {
             identities.push((
                 *i,
@@ -630,6 +670,7 @@ fn compile_identities(
                     decisions: selected,
                     signals,
                     needs_embedding,
+                    needs_entities,
                 },
             ));
         }
@@ -640,18 +681,9 @@ fn compile_identities(
 /// Providers `executionProviders` may name.
 const PROVIDERS: &[&str] = &["cuda", "rocm", "openvino", "cpu"];
 
-fn compile_encoder(
-    raw: &RawEncoder,
-    base: &Path,
-    errors: &mut Errors,
-) -> Option<Arc<EncoderHandle>> {
-    let path = "inference.encoder";
-    let resolve = |p: &str| base.join(p);
-    let model_dir = resolve(&raw.model_dir);
-    let providers = raw
-        .execution_providers
-        .clone()
-        .unwrap_or_else(|| vec!["cpu".to_owned()]);
+/// The configured providers (default `[cpu]`), or `None` after reporting a bad one.
+fn providers(raw: Option<&Vec<String>>, path: &str, errors: &mut Errors) -> Option<Vec<String>> {
+    let providers = raw.cloned().unwrap_or_else(|| vec!["cpu".to_owned()]);
     let mut ok = true;
     for (i, provider) in providers.iter().enumerate() {
         if !PROVIDERS.contains(&provider.as_str()) {
@@ -672,15 +704,91 @@ fn compile_encoder(
         );
         ok = false;
     }
+    ok.then_some(providers)
+}
+
+/// `runtimeLibrary` resolved against `base`, or `$ORT_DYLIB_PATH`.
+fn runtime_library(raw: Option<&str>, base: &Path) -> Option<std::path::PathBuf> {
+    raw.map(|p| base.join(p))
+        .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(Into::into))
+}
+
+fn compile_ner(raw: &RawNer, base: &Path, errors: &mut Errors) -> Option<CompiledNer> {
+    let path = "inference.ner";
+    let providers = providers(raw.execution_providers.as_ref(), path, errors);
+    let Some(runtime_library) = runtime_library(raw.runtime_library.as_deref(), base) else {
+        errors.push(
+            format!("{path}.runtimeLibrary"),
+            "the token classifier needs libonnxruntime.so: set runtimeLibrary or ORT_DYLIB_PATH",
+        );
+        return None;
+    };
+    let min_score = raw.min_score.unwrap_or(0.5);
+    if !(0.0..=1.0).contains(&min_score) {
+        errors.push(
+            format!("{path}.minScore"),
+            format!("must be between 0 and 1, got {min_score}"),
+        );
+        return None;
+    }
+    let spec = TokenClassifierSpec {
+        model: base.join(&raw.onnx_model),
+        model_dir: base.join(&raw.model_dir),
+        runtime_library,
+        providers: providers?,
+        require_first: raw.require_first_provider,
+        max_tokens: raw.max_tokens.unwrap_or(256).clamp(16, 512),
+        threads: raw.threads.unwrap_or(1).max(1),
+    };
+    let settings = BatchSettings {
+        max_batch: raw.max_batch.unwrap_or(16).max(1),
+        max_wait: Duration::from_millis(raw.max_wait_ms.unwrap_or(2)),
+        queue: raw.queue.unwrap_or(256).max(1),
+        cache_entries: raw.cache_entries.unwrap_or(10_000),
+    };
+    let loaded = inference::labels_of(&spec.model_dir.join("config.json")).and_then(|labels| {
+        let handle = inference::shared_token_classifier(&spec, settings)?;
+        Ok((labels, handle))
+    });
+    match loaded {
+        Ok((labels, handle)) => {
+            let mut types: Vec<String> = labels
+                .iter()
+                .filter_map(|l| l.strip_prefix("B-").map(str::to_owned))
+                .collect();
+            types.dedup();
+            Some(CompiledNer {
+                handle,
+                types,
+                min_score,
+            })
+        }
+        Err(e) => {
+            errors.push(
+                path,
+                format!("{e}; check the model paths (fetch them with ./scripts/fetch-models.sh)"),
+            );
+            None
+        }
+    }
+}
+
+fn compile_encoder(
+    raw: &RawEncoder,
+    base: &Path,
+    errors: &mut Errors,
+) -> Option<Arc<EncoderHandle>> {
+    let path = "inference.encoder";
+    let resolve = |p: &str| base.join(p);
+    let model_dir = resolve(&raw.model_dir);
+    let providers = providers(raw.execution_providers.as_ref(), path, errors);
+    let ok = providers.is_some();
+    let providers = providers.unwrap_or_default();
     let backend = match raw.backend {
         RawBackend::Candle => Backend::Candle,
         RawBackend::Onnx => {
             let model = raw.onnx_model.as_deref().map(resolve);
-            let library = raw
-                .runtime_library
-                .as_deref()
-                .map(resolve)
-                .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(Into::into));
+            let library = runtime_library(raw.runtime_library.as_deref(), base);
             match (model, library) {
                 (Some(model), Some(runtime_library)) => Backend::Onnx {
                     model,

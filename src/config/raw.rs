@@ -24,7 +24,40 @@ pub struct RawServer {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawInference {
     /// The sentence encoder shared by every embedding-based signal.
-    pub encoder: RawEncoder,
+    pub encoder: Option<RawEncoder>,
+    /// The token classifier the `pii` signals use for named entities (ONNX Runtime).
+    pub ner: Option<RawNer>,
+}
+
+/// A BERT token classifier with BIO labels (e.g. the Rampart PII model).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawNer {
+    /// Directory with `tokenizer.json` and `config.json` (`id2label`).
+    pub model_dir: String,
+    /// The `.onnx` file.
+    pub onnx_model: String,
+    /// `libonnxruntime.so`; default `$ORT_DYLIB_PATH`.
+    pub runtime_library: Option<String>,
+    /// Execution providers in preference order; default `[cpu]`.
+    pub execution_providers: Option<Vec<String>>,
+    /// Fail at load when the first provider cannot be used.
+    #[serde(default)]
+    pub require_first_provider: bool,
+    /// Window length in tokens (windows overlap by a quarter); default 256.
+    pub max_tokens: Option<usize>,
+    /// Threads for one forward pass; default 1.
+    pub threads: Option<usize>,
+    /// Most windows in one batch; default 16.
+    pub max_batch: Option<usize>,
+    /// Longest wait for a batch to fill, in milliseconds; default 2.
+    pub max_wait_ms: Option<u64>,
+    /// Queued texts beyond which calls are refused as overloaded; default 256.
+    pub queue: Option<usize>,
+    /// Results cached by text; default 10000.
+    pub cache_entries: Option<u64>,
+    /// An entity counts when one of its tokens reaches this probability; default 0.5.
+    pub min_score: Option<f32>,
 }
 
 /// Which runtime runs the encoder.
@@ -265,7 +298,8 @@ pub enum RawSignal {
         on_error: RawOnError,
     },
     /// Personal data found by validated detectors (e-mail, phone, card with Luhn, IBAN mod-97,
-    /// US SSN, IP address); reports the types, never the values.
+    /// US SSN, IP address) and, when `inference.ner` is set, by the token classifier (names,
+    /// addresses, …); reports the types, never the values.
     #[serde(rename_all = "camelCase")]
     Pii {
         /// Signal name.
@@ -276,9 +310,13 @@ pub enum RawSignal {
         /// Types that never count.
         #[serde(default)]
         allow: Vec<String>,
-        /// Which messages are scanned; default every message.
+        /// Which messages the validated detectors scan; default every message. The token
+        /// classifier, when configured, reads every message.
         #[serde(default = "scope_all")]
         scope: RawScope,
+        /// `no_match` (default), `match` or `fail` when the token classifier gives no answer.
+        #[serde(default)]
+        on_error: RawOnError,
     },
     /// A predicate on one request header.
     #[serde(rename_all = "camelCase")]

@@ -3,7 +3,7 @@
 //! dangling name or an unset field.
 
 use crate::decision::{self, Rule};
-use crate::inference::EncoderHandle;
+use crate::inference::{EncoderHandle, TokenClassifierHandle};
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::Signal;
 use std::collections::HashMap;
@@ -76,6 +76,8 @@ pub struct Identity {
     pub signals: Vec<usize>,
     /// True when one of those signals reads the request embedding.
     pub needs_embedding: bool,
+    /// True when one of those signals reads the token classifier's entities.
+    pub needs_entities: bool,
 }
 
 /// A compiled decision.
@@ -122,6 +124,8 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     /// The shared sentence encoder, when `inference.encoder` is configured.
     pub encoder: Option<Arc<EncoderHandle>>,
+    /// The token classifier, when `inference.ner` is configured.
+    pub ner: Option<Arc<TokenClassifierHandle>>,
     pub(super) model_index: HashMap<String, usize>,
     pub(super) identity_index: HashMap<String, usize>,
 }

@@ -155,13 +155,21 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
 }
 
 /// Runs the models the identity's neural signals read, once each: one encoder forward (or cache
-/// hit) serves every embedding signal. The window is the last user message, truncated by the
-/// encoder to its `maxTokens`.
+/// hit) serves every embedding signal (window: the last user message, truncated by the encoder to
+/// its `maxTokens`), and one token-classifier call serves every PII signal (window: every
+/// message, scanned in overlapping windows).
 async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatRequest) -> Neural {
     let mut neural = Neural::default();
     if identity.needs_embedding {
         neural.embedding = Some(match &snapshot.encoder {
             Some(encoder) => encoder.embed(request.last_user_text()).await,
+            None => Err(InferenceError::Closed),
+        });
+    }
+    if identity.needs_entities {
+        let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
+        neural.entities = Some(match &snapshot.ner {
+            Some(ner) => ner.call(&text.join("\n")).await,
             None => Err(InferenceError::Closed),
         });
     }

@@ -12,7 +12,7 @@ mod tokenize;
 pub mod worker;
 
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
-pub use registry::shared_encoder;
+pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 
 use std::path::PathBuf;

@@ -1,7 +1,10 @@
-//! One loaded encoder per distinct specification and set of model files, shared by every
+//! One loaded model per distinct specification and set of model files, shared by every
 //! configuration snapshot that names it: a policy reload never reloads unchanged weights.
 
-use super::{Backend, EncoderHandle, EncoderSpec, InferenceError};
+use super::{
+    Backend, BatchSettings, EncoderHandle, EncoderSpec, EntityFound, InferenceError, ModelHandle,
+    OnnxTokenClassifier, TokenClassifierSpec,
+};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -24,8 +27,13 @@ fn fingerprint(spec: &EncoderSpec) -> Result<Fingerprint, InferenceError> {
         }
         Backend::Onnx { model, .. } => files.push(model.clone()),
     }
+    fingerprint_files(&files)
+}
+
+fn fingerprint_files(files: &[PathBuf]) -> Result<Fingerprint, InferenceError> {
     files
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|path| {
             let meta = std::fs::metadata(&path)
                 .map_err(|e| InferenceError::Load(format!("{}: {e}", path.display())))?;
@@ -46,6 +54,41 @@ pub fn shared_encoder(spec: &EncoderSpec) -> Result<Arc<EncoderHandle>, Inferenc
         return Ok(handle);
     }
     let handle = Arc::new(EncoderHandle::spawn(spec.clone())?);
+    loaded.insert(key, Arc::downgrade(&handle));
+    Ok(handle)
+}
+
+/// A running token classifier.
+pub type TokenClassifierHandle = ModelHandle<Vec<EntityFound>>;
+
+type LoadedClassifiers =
+    HashMap<(TokenClassifierSpec, BatchSettings, Fingerprint), Weak<TokenClassifierHandle>>;
+
+static CLASSIFIERS: OnceLock<Mutex<LoadedClassifiers>> = OnceLock::new();
+
+/// The running token classifier for `spec`, loading it if no live snapshot holds one.
+pub fn shared_token_classifier(
+    spec: &TokenClassifierSpec,
+    settings: BatchSettings,
+) -> Result<Arc<TokenClassifierHandle>, InferenceError> {
+    let files = [
+        spec.model.clone(),
+        spec.model_dir.join("tokenizer.json"),
+        spec.model_dir.join("config.json"),
+    ];
+    let key = (spec.clone(), settings, fingerprint_files(&files)?);
+    let loaded = CLASSIFIERS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut loaded = loaded
+        .lock()
+        .map_err(|_| InferenceError::Load("classifier registry lock poisoned".to_owned()))?;
+    loaded.retain(|_, handle| handle.strong_count() > 0);
+    if let Some(handle) = loaded.get(&key).and_then(Weak::upgrade) {
+        return Ok(handle);
+    }
+    let load_spec = spec.clone();
+    let handle = Arc::new(ModelHandle::start("mom-ner", settings, move || {
+        OnnxTokenClassifier::load(&load_spec)
+    })?);
     loaded.insert(key, Arc::downgrade(&handle));
     Ok(handle)
 }

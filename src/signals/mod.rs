@@ -18,7 +18,7 @@ pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
-pub use pii::PiiSignal;
+pub use pii::{Entities, PiiSignal};
 pub use text::Scope;
 
 use crate::inference::InferenceError;
@@ -31,6 +31,8 @@ use std::sync::Arc;
 pub struct Neural {
     /// The request's embedding (last user message), when an embedding signal needs it.
     pub embedding: Option<Result<Arc<Vec<f32>>, InferenceError>>,
+    /// Entities in every message, when a PII signal reads the token classifier.
+    pub entities: Option<Entities>,
 }
 
 /// A problem in one signal's definition: the field (relative to the signal) and what is wrong.
@@ -92,10 +94,16 @@ impl SignalKind {
         matches!(self, Self::Embedding(_))
     }
 
+    /// True when the signal reads the token classifier's entities.
+    pub fn needs_entities(&self) -> bool {
+        matches!(self, Self::Pii(signal) if signal.uses_ner())
+    }
+
     /// The error policy of a neural signal (`None` for rule signals, which cannot fail).
     pub fn on_error(&self) -> Option<OnError> {
         match self {
             Self::Embedding(signal) => Some(signal.on_error),
+            Self::Pii(signal) if signal.uses_ner() => Some(signal.on_error),
             Self::Keyword(_)
             | Self::ContextLength(_)
             | Self::Conversation(_)
@@ -183,7 +191,7 @@ impl Signal {
             SignalKind::Language(signal) => signal.evaluate(request),
             SignalKind::Authz(signal) => signal.evaluate(headers),
             SignalKind::Embedding(signal) => signal.evaluate(neural.embedding.as_ref()),
-            SignalKind::Pii(signal) => signal.evaluate(request),
+            SignalKind::Pii(signal) => signal.evaluate(request, neural.entities.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
         };
         let Evidence {

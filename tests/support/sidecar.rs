@@ -63,9 +63,15 @@ impl Sidecar {
     }
 }
 
-/// The quickstart policy shipped in `examples/`.
+/// The quickstart policy shipped in `examples/`, with its model paths made absolute for a
+/// config in a temp dir.
 pub fn quickstart_config() -> String {
-    std::fs::read_to_string(super::repo().join("examples/quickstart/config.yaml")).unwrap()
+    let text =
+        std::fs::read_to_string(super::repo().join("examples/quickstart/config.yaml")).unwrap();
+    text.replace(
+        "../../.cache",
+        &super::repo().join(".cache").display().to_string(),
+    )
 }
 
 /// The neural example policy, with its model paths made absolute for a config in a temp dir.
