@@ -1,5 +1,6 @@
 //! In-process cost of the request-body phase: parse, rule signals, decision, selection, body
-//! rewrite, and the ext_proc reply, on the quickstart policy. `cargo bench --bench pipeline`.
+//! rewrite, and the ext_proc reply, on the rule-only policy (`examples/rules`).
+//! `cargo bench --bench pipeline`.
 #![allow(
     clippy::expect_used,
     reason = "a benchmark without its fixture should stop loudly"
@@ -37,10 +38,7 @@ fn message(request: Request) -> ProcessingRequest {
 }
 
 fn pipeline(c: &mut Criterion) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/quickstart/config.yaml"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules/config.yaml");
     let snapshot = Arc::new(config::load(std::path::Path::new(path)).expect("quickstart config"));
     let headers = Headers::new([
         (":method".to_owned(), "POST".to_owned()),

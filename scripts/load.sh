@@ -27,7 +27,7 @@ for line in "8101 smollm2-135m" "8102 qwen2.5-coder-0.5b" "8103 gemma3-270m"; do
   "$BIN/examples/fake_openai" "$port" "$name" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
 done
-"$BIN/mom-router" serve --config examples/quickstart/config.yaml ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
+"$BIN/mom-router" serve --config examples/rules/config.yaml ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
 ROUTER=$!
 PIDS+=($ROUTER)
 "$MOM_ENVOY_BIN" -c "${ENVOY_CONFIG:-envoy/quickstart.yaml}" --disable-hot-restart --concurrency 1 -l error \
