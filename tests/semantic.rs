@@ -95,10 +95,22 @@ async fn an_embedding_signal_without_an_encoder_is_a_config_error() {
     text.replace_range(start..end, "");
     let errors = compile_str(&text).unwrap_err().0;
     let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        lines,
-        vec!["signals[0].type: an embedding signal needs an encoder; configure inference.encoder"]
-    );
+    let kinds = [
+        "embedding",
+        "complexity",
+        "user_feedback",
+        "modality",
+        "fact_check",
+        "preference",
+    ];
+    assert_eq!(lines.len(), kinds.len(), "{lines:#?}");
+    for (i, (line, kind)) in lines.iter().zip(kinds).enumerate() {
+        let article = if kind == "embedding" { "an" } else { "a" };
+        assert_eq!(
+            line,
+            &format!("signals[{i}].type: {article} {kind} signal needs an encoder; configure inference.encoder")
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,4 +146,47 @@ async fn envoy_routes_by_the_embedding_signal_and_logs_it() {
     .await
     .unwrap();
     assert_eq!(ready["encoder"], "candle cpu");
+}
+
+#[tokio::test]
+async fn exemplar_signals_label_clear_cases_as_a_person_would() {
+    let snapshot = compile_str(&semantic_config()).unwrap();
+    // Labels observed in a real run of this encoder; the exemplar sets are small, so only
+    // clear-cut prompts are pinned here.
+    let cases = [
+        (
+            "What is the capital of Italy?",
+            Some("easy"),
+            Some("no_feedback"),
+        ),
+        (
+            "Design a consensus protocol tolerant to Byzantine faults and prove its safety.",
+            Some("hard"),
+            None,
+        ),
+        (
+            "No, that is wrong, the code still crashes.",
+            None,
+            Some("wrong_answer"),
+        ),
+        ("Thanks, that fixed it!", None, Some("satisfied")),
+    ];
+    for (text, complexity, feedback) in cases {
+        let routed = engine::on_request_body(&snapshot, &Headers::default(), &body(text)).await;
+        let label = |kind: &str| {
+            routed
+                .trace
+                .signals
+                .iter()
+                .find(|s| s.kind == kind)
+                .and_then(|s| s.label.clone())
+                .unwrap()
+        };
+        if let Some(complexity) = complexity {
+            assert_eq!(label("complexity"), complexity, "{text}");
+        }
+        if let Some(feedback) = feedback {
+            assert_eq!(label("user_feedback"), feedback, "{text}");
+        }
+    }
 }

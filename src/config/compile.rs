@@ -4,7 +4,7 @@
 use super::error::Errors;
 use super::parse::RawConfig;
 use super::raw::{
-    RawAggregate, RawAlgorithm, RawBackend, RawDecision, RawEncoder, RawIdentity,
+    RawAggregate, RawAlgorithm, RawBackend, RawDecision, RawEncoder, RawExemplar, RawIdentity,
     RawKeywordOperator, RawModel, RawNer, RawOnError, RawRule, RawScope, RawSignal,
 };
 use super::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
@@ -15,9 +15,9 @@ use crate::inference::{
 };
 use crate::selection::{Algorithm, Candidate};
 use crate::signals::{
-    Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, KeywordOperator, KeywordSignal,
-    LanguageSignal, MetadataSignal, OnError, PiiSignal, Scope, Signal, SignalError, SignalKind,
-    TokenRange,
+    exemplar_sets, Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, ExemplarSignal,
+    KeywordOperator, KeywordSignal, Label, LanguageSignal, MetadataSignal, OnError, PiiSignal,
+    Scope, Signal, SignalError, SignalKind, TokenRange,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -375,6 +375,11 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
                 ),
             )
         }
+        RawSignal::Complexity(raw) => exemplar("complexity", raw, models)?,
+        RawSignal::Preference(raw) => exemplar("preference", raw, models)?,
+        RawSignal::FactCheck(raw) => exemplar("fact_check", raw, models)?,
+        RawSignal::UserFeedback(raw) => exemplar("user_feedback", raw, models)?,
+        RawSignal::Modality(raw) => exemplar("modality", raw, models)?,
         RawSignal::Pii {
             name,
             entities,
@@ -416,6 +421,64 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
 }
 
 /// One entry per parsed signal, `None` where the signal is invalid.
+/// Compiles an exemplar signal: built-in phrases for `task`, replaced label by label by the
+/// configured ones, all embedded by the shared encoder.
+fn exemplar<'a>(
+    task: &'static str,
+    raw: &'a RawExemplar,
+    models: &Models,
+) -> Result<(&'a String, SignalKind), Vec<SignalError>> {
+    let Some(encoder) = models.encoder else {
+        return Err(vec![SignalError::new(
+            "type",
+            format!("a {task} signal needs an encoder; configure inference.encoder"),
+        )]);
+    };
+    let mut labels: Vec<(String, Vec<String>)> = exemplar_sets::builtin(task)
+        .into_iter()
+        .map(|(label, phrases)| {
+            (
+                label.to_owned(),
+                phrases.iter().map(|p| (*p).to_owned()).collect(),
+            )
+        })
+        .collect();
+    for (label, phrases) in &raw.exemplars {
+        match labels.iter_mut().find(|(name, _)| name == label) {
+            Some((_, existing)) => existing.clone_from(phrases),
+            None if task == "preference" => labels.push((label.clone(), phrases.clone())),
+            None => {
+                let known: Vec<&str> = labels.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(vec![SignalError::new(
+                    format!("exemplars.{label}"),
+                    format!(
+                        "{task} has no label {label:?}; labels: {}",
+                        known.join(", ")
+                    ),
+                )]);
+            }
+        }
+    }
+    let mut compiled = Vec::with_capacity(labels.len());
+    for (name, phrases) in labels {
+        let examples = encoder.embed_blocking(&phrases).map_err(|e| {
+            vec![SignalError::new(
+                format!("exemplars.{name}"),
+                format!("cannot embed the examples: {e}"),
+            )]
+        })?;
+        compiled.push(Label { name, examples });
+    }
+    let signal = ExemplarSignal::new(
+        task,
+        compiled,
+        &raw.matching,
+        raw.min_confidence,
+        on_error_of(raw.on_error),
+    )?;
+    Ok((&raw.name, SignalKind::Exemplar(signal)))
+}
+
 fn on_error_of(raw: RawOnError) -> OnError {
     match raw {
         RawOnError::NoMatch => OnError::NoMatch,
@@ -454,6 +517,11 @@ fn signal_name(raw: &RawSignal) -> &str {
         | RawSignal::Embedding { name, .. }
         | RawSignal::Pii { name, .. }
         | RawSignal::Metadata { name, .. } => name,
+        RawSignal::Complexity(raw)
+        | RawSignal::Preference(raw)
+        | RawSignal::FactCheck(raw)
+        | RawSignal::UserFeedback(raw)
+        | RawSignal::Modality(raw) => &raw.name,
     }
 }
 

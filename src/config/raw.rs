@@ -115,6 +115,26 @@ pub enum RawOnError {
     Fail,
 }
 
+/// An exemplar signal: the label whose example phrases the last user message is closest to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawExemplar {
+    /// Signal name.
+    pub name: String,
+    /// Labels that make the signal match.
+    #[serde(rename = "match")]
+    pub matching: Vec<String>,
+    /// The winning label's softmax probability must reach this; default 0.
+    #[serde(default)]
+    pub min_confidence: f64,
+    /// Example phrases by label, replacing the built-in ones for the labels given.
+    #[serde(default)]
+    pub exemplars: std::collections::BTreeMap<String, Vec<String>>,
+    /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
+    #[serde(default)]
+    pub on_error: RawOnError,
+}
+
 /// How an embedding signal combines its candidate similarities.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -318,6 +338,18 @@ pub enum RawSignal {
         #[serde(default)]
         on_error: RawOnError,
     },
+    /// Request difficulty: `easy`, `medium` or `hard` (built-in examples; needs `inference.encoder`).
+    Complexity(RawExemplar),
+    /// The operator's own labelled preferences (examples required; needs `inference.encoder`).
+    Preference(RawExemplar),
+    /// Whether the answer rests on checkable facts: `needs_fact_check` or `no_fact_check`.
+    FactCheck(RawExemplar),
+    /// The user's reaction to the previous answer: `satisfied`, `need_clarification`,
+    /// `wrong_answer` or `want_different`.
+    UserFeedback(RawExemplar),
+    /// What the user wants back: `text` or `image_generation` (image *inputs* are the
+    /// conversation signal's `hasImages`).
+    Modality(RawExemplar),
     /// A predicate on one request header.
     #[serde(rename_all = "camelCase")]
     Metadata {

@@ -5,6 +5,8 @@
 mod authz;
 mod conversation;
 mod embedding;
+mod exemplar;
+pub mod exemplar_sets;
 mod keyword;
 mod language;
 mod metadata;
@@ -15,6 +17,7 @@ mod text;
 pub use authz::AuthzSignal;
 pub use conversation::{ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};
+pub use exemplar::{ExemplarSignal, Label};
 pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
@@ -68,6 +71,9 @@ pub enum SignalKind {
     Authz(AuthzSignal),
     /// Similarity to candidate phrases.
     Embedding(EmbeddingSignal),
+    /// The closest of several labelled example sets (complexity, preference, fact-check need,
+    /// user feedback, modality).
+    Exemplar(ExemplarSignal),
     /// Personal data by validated detectors.
     Pii(PiiSignal),
     /// A request-header predicate.
@@ -84,6 +90,7 @@ impl SignalKind {
             Self::Language(_) => "language",
             Self::Authz(_) => "authz",
             Self::Embedding(_) => "embedding",
+            Self::Exemplar(signal) => signal.task,
             Self::Pii(_) => "pii",
             Self::Metadata(_) => "metadata",
         }
@@ -91,7 +98,7 @@ impl SignalKind {
 
     /// True when the signal reads the request embedding.
     pub fn needs_embedding(&self) -> bool {
-        matches!(self, Self::Embedding(_))
+        matches!(self, Self::Embedding(_) | Self::Exemplar(_))
     }
 
     /// True when the signal reads the token classifier's entities.
@@ -103,6 +110,7 @@ impl SignalKind {
     pub fn on_error(&self) -> Option<OnError> {
         match self {
             Self::Embedding(signal) => Some(signal.on_error),
+            Self::Exemplar(signal) => Some(signal.on_error),
             Self::Pii(signal) if signal.uses_ner() => Some(signal.on_error),
             Self::Keyword(_)
             | Self::ContextLength(_)
@@ -191,6 +199,7 @@ impl Signal {
             SignalKind::Language(signal) => signal.evaluate(request),
             SignalKind::Authz(signal) => signal.evaluate(headers),
             SignalKind::Embedding(signal) => signal.evaluate(neural.embedding.as_ref()),
+            SignalKind::Exemplar(signal) => signal.evaluate(neural.embedding.as_ref()),
             SignalKind::Pii(signal) => signal.evaluate(request, neural.entities.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
         };
