@@ -95,16 +95,23 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The async runtime: multi-threaded for `serve`, one thread for offline commands.
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("mom-router: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn serve(options: ServeOptions) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(true) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("mom-router: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async {
         let running = match app::start(options).await {
@@ -208,15 +215,9 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
         };
         pairs.push((name.trim().to_owned(), value.trim().to_owned()));
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(false) {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("mom-router: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let routed = runtime.block_on(run_offline(&snapshot, &Headers::new(pairs), &body));
     let mut document = explain_json(&routed);

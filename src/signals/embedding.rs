@@ -64,10 +64,9 @@ impl EmbeddingSignal {
         &self,
         embedding: Option<&Result<Arc<Vec<f32>>, InferenceError>>,
     ) -> Evidence {
-        let embedding = match embedding {
-            Some(Ok(embedding)) => embedding,
-            Some(Err(error)) => return self.failed(error.to_string()),
-            None => return self.failed("no embedding was computed for this request".to_owned()),
+        let embedding = match request_embedding(embedding) {
+            Ok(embedding) => embedding,
+            Err(error) => return no_answer(self.on_error, error),
         };
         let scores: Vec<f32> = self
             .candidates
@@ -91,14 +90,27 @@ impl EmbeddingSignal {
             error: None,
         }
     }
+}
 
-    fn failed(&self, error: String) -> Evidence {
-        Evidence {
-            matched: self.on_error == OnError::Match,
-            confidence: 0.0,
-            value: None,
-            label: None,
-            error: Some(error),
-        }
+/// The request embedding, or why there is none.
+pub(super) fn request_embedding(
+    embedding: Option<&Result<Arc<Vec<f32>>, InferenceError>>,
+) -> Result<&Arc<Vec<f32>>, String> {
+    match embedding {
+        Some(Ok(embedding)) => Ok(embedding),
+        Some(Err(error)) => Err(error.to_string()),
+        None => Err("no embedding was computed for this request".to_owned()),
+    }
+}
+
+/// The evidence of a neural signal whose model gave no answer: matched as `on_error` says, with
+/// the reason recorded.
+pub(super) fn no_answer(on_error: OnError, error: String) -> Evidence {
+    Evidence {
+        matched: on_error == OnError::Match,
+        confidence: 0.0,
+        value: None,
+        label: None,
+        error: Some(error),
     }
 }

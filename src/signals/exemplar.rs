@@ -2,7 +2,7 @@
 //! label whose examples it is closest to wins (complexity, preference, fact-check need, user
 //! feedback, modality). One encoder forward per request serves all of them.
 
-use super::embedding::OnError;
+use super::embedding::{no_answer, request_embedding, OnError};
 use super::{Evidence, SignalError};
 use crate::inference::{cosine, InferenceError};
 use std::sync::Arc;
@@ -96,10 +96,9 @@ impl ExemplarSignal {
         &self,
         embedding: Option<&Result<Arc<Vec<f32>>, InferenceError>>,
     ) -> Evidence {
-        let embedding = match embedding {
-            Some(Ok(embedding)) => embedding,
-            Some(Err(error)) => return self.failed(error.to_string()),
-            None => return self.failed("no embedding was computed for this request".to_owned()),
+        let embedding = match request_embedding(embedding) {
+            Ok(embedding) => embedding,
+            Err(error) => return no_answer(self.on_error, error),
         };
         let scores: Vec<f32> = self
             .labels
@@ -131,16 +130,6 @@ impl ExemplarSignal {
             value: Some(f64::from(scores[best])),
             label: Some(label.clone()),
             error: None,
-        }
-    }
-
-    fn failed(&self, error: String) -> Evidence {
-        Evidence {
-            matched: self.on_error == OnError::Match,
-            confidence: 0.0,
-            value: None,
-            label: None,
-            error: Some(error),
         }
     }
 }
