@@ -222,6 +222,7 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
     let routed = runtime.block_on(run_offline(&snapshot, &Headers::new(pairs), &body));
     let mut document = explain_json(&routed);
     document["encoder"] = json!(snapshot.encoder.as_ref().map(|e| e.describe()));
+    document["ner"] = json!(snapshot.ner.as_ref().map(|n| n.describe()));
     let text = serde_json::to_string_pretty(&document).unwrap_or_default();
     write_stdout(&text)
 }

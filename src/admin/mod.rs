@@ -1,6 +1,7 @@
 //! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text) and `/config`.
 
 use crate::config::ConfigStore;
+use crate::inference::EncoderStats;
 use crate::observability::Metrics;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -8,6 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use serde_json::json;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What the admin handlers read.
@@ -44,19 +46,75 @@ async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
             "ready": true,
             "config_version": snapshot.version,
             "encoder": snapshot.encoder.as_ref().map(|e| e.describe()),
+            "ner": snapshot.ner.as_ref().map(|n| n.describe()),
         })
         .to_string(),
     )
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    let snapshot = state.store.snapshot();
+    let mut workers: Vec<(&str, &EncoderStats)> = Vec::new();
+    if let Some(encoder) = &snapshot.encoder {
+        workers.push(("encoder", encoder.stats()));
+    }
+    if let Some(ner) = &snapshot.ner {
+        workers.push(("ner", ner.stats()));
+    }
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.encode(),
+        with_model_workers(state.metrics.encode(), &workers),
     )
+}
+
+/// A counter family read from a worker's stats: name, help, reader.
+type CounterFamily = (&'static str, &'static str, fn(&EncoderStats) -> u64);
+
+/// Appends the model workers' counters (kept by the workers themselves) to the exposition,
+/// before its `# EOF` line.
+fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> String {
+    if workers.is_empty() {
+        return text;
+    }
+    if text.ends_with("# EOF\n") {
+        text.truncate(text.len() - "# EOF\n".len());
+    }
+    let families: [CounterFamily; 4] = [
+        (
+            "mom_model_batches",
+            "Forward passes run by a model worker",
+            |s| s.batches.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_items",
+            "Texts processed by a model worker's forward passes",
+            |s| s.items.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_overloaded",
+            "Calls refused because a model worker's queue was full",
+            |s| s.overloaded.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_cache_hits",
+            "Calls answered from a model worker's cache",
+            |s| s.cache_hits.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, read) in families {
+        text.push_str(&format!("# HELP {name} {help}.\n# TYPE {name} counter\n"));
+        for (worker, stats) in workers {
+            text.push_str(&format!(
+                "{name}_total{{worker=\"{worker}\"}} {}\n",
+                read(stats)
+            ));
+        }
+    }
+    text.push_str("# EOF\n");
+    text
 }
 
 async fn config(State(state): State<AdminState>) -> impl IntoResponse {
