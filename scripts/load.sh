@@ -5,7 +5,7 @@
 # 16. Prints p50/p99, the ratios, and mom-router's resident memory. Not a test.
 #
 #   ./scripts/load.sh [COUNT]     (default 5000 requests per target and concurrency)
-#   ENVOY_CONFIG=… MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
+#   ENVOY_CONFIG=…, MOM_CONFIG=… (a policy), MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -27,7 +27,7 @@ for line in "8101 smollm2-135m" "8102 qwen2.5-coder-0.5b" "8103 gemma3-270m"; do
   "$BIN/examples/fake_openai" "$port" "$name" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
 done
-"$BIN/mom-router" serve --config examples/rules/config.yaml ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
+"$BIN/mom-router" serve --config "${MOM_CONFIG:-examples/rules/config.yaml}" ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
 ROUTER=$!
 PIDS+=($ROUTER)
 "$MOM_ENVOY_BIN" -c "${ENVOY_CONFIG:-envoy/quickstart.yaml}" --disable-hot-restart --concurrency 1 -l error \

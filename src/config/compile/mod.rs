@@ -1,0 +1,348 @@
+//! Raw sections → [`Snapshot`]. Checks every cross-reference and every value, collecting all
+//! errors; each names its path and says what would fix it. Signals and decisions compile in
+//! [`signals`], the models they use in [`models`].
+
+mod models;
+mod signals;
+
+use self::models::{compile_encoder, compile_ner};
+use self::signals::{compile_decisions, compile_signals, signal_name, Models};
+use crate::config::error::Errors;
+use crate::config::parse::RawConfig;
+use crate::config::raw::{RawIdentity, RawModel};
+use crate::config::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
+use crate::signals::{Signal, SignalKind};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Default ext_proc address.
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50051";
+/// Default admin address.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9190";
+/// Default request body limit (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+
+/// Compiles the raw document. `hash` is the hex SHA-256 of the source text; relative paths are
+/// resolved against `base`. Loads (or reuses) the encoder when `inference.encoder` is set.
+pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> Option<Snapshot> {
+    let server = compile_server(&raw, errors);
+    let encoder = raw
+        .inference
+        .as_ref()
+        .and_then(|inference| inference.encoder.as_ref())
+        .and_then(|encoder| compile_encoder(encoder, base, errors));
+    let ner = raw
+        .inference
+        .as_ref()
+        .and_then(|inference| inference.ner.as_ref())
+        .and_then(|ner| compile_ner(ner, base, errors));
+    let neural_models = Models {
+        encoder: encoder.as_ref(),
+        ner: ner.as_ref(),
+    };
+    // Names index every parsed entry, valid or not, so one bad entry does not turn each
+    // reference to it into a second, misleading "unknown" error.
+    let model_index = index_by_name(
+        raw.models.iter().map(|(i, m)| (*i, m.name.as_str())),
+        "models",
+        &raw.broken,
+        errors,
+    );
+    let models = compile_models(&raw.models, errors);
+    let signal_index = index_by_name(
+        raw.signals.iter().map(|(i, s)| (*i, signal_name(s))),
+        "signals",
+        &raw.broken,
+        errors,
+    );
+    let signals = compile_signals(&raw.signals, &neural_models, errors);
+    let decision_index = index_by_name(
+        raw.decisions.iter().map(|(i, d)| (*i, d.name.as_str())),
+        "decisions",
+        &raw.broken,
+        errors,
+    );
+    let decisions = compile_decisions(&raw.decisions, &model_index, &signal_index, errors);
+    let identities = compile_identities(
+        &raw.identities,
+        &model_index,
+        &decision_index,
+        &decisions,
+        &signals,
+        errors,
+    );
+    if raw.identities.is_empty() && errors.is_empty() {
+        errors.push(
+            "identities",
+            "declare at least one identity (e.g. mom/auto) with a defaultModel",
+        );
+    }
+    let identity_index = index_by_name(
+        identities.iter().map(|(i, d)| (*i, d.name.as_str())),
+        "identities",
+        &raw.broken,
+        errors,
+    );
+    for (i, identity) in &identities {
+        if model_index.contains_key(&identity.name) {
+            errors.push(
+                format!("identities[{i}].name"),
+                format!(
+                    "{:?} is also a model name; an identity and a model cannot share a name",
+                    identity.name
+                ),
+            );
+        }
+    }
+    let label = raw.version.unwrap_or_else(|| "unversioned".to_owned());
+    let server = server?;
+    if !errors.is_empty() {
+        return None;
+    }
+    Some(Snapshot {
+        version: format!("{label}@{}", &hash[..12.min(hash.len())]),
+        server,
+        models: models.into_iter().collect::<Option<_>>()?,
+        identities: identities.into_iter().map(|(_, i)| i).collect(),
+        signals: signals.into_iter().collect::<Option<_>>()?,
+        decisions: decisions.into_iter().collect::<Option<_>>()?,
+        encoder,
+        ner: ner.map(|n| n.handle),
+        model_index,
+        identity_index,
+    })
+}
+
+/// Names of entries that failed to parse map to this position, which no list holds.
+const BROKEN: usize = usize::MAX;
+
+/// Maps names to positions in the compiled list; duplicates are errors.
+fn index_by_name<'a>(
+    names: impl Iterator<Item = (usize, &'a str)>,
+    section: &'static str,
+    broken: &[(&'static str, String)],
+    errors: &mut Errors,
+) -> HashMap<String, usize> {
+    let mut index = HashMap::new();
+    for (position, (raw_index, name)) in names.enumerate() {
+        if index.insert(name.to_owned(), position).is_some() {
+            errors.push(
+                format!("{section}[{raw_index}].name"),
+                format!("duplicate name {name:?}; names in {section} must be unique"),
+            );
+        }
+    }
+    for (_, name) in broken.iter().filter(|(s, _)| *s == section) {
+        index.entry(name.clone()).or_insert(BROKEN);
+    }
+    index
+}
+
+fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
+    let server = raw.server.as_ref();
+    let grpc = server
+        .and_then(|s| s.grpc_listen.clone())
+        .unwrap_or_else(|| DEFAULT_GRPC_LISTEN.to_owned());
+    let admin = server
+        .and_then(|s| s.admin_listen.clone())
+        .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.to_owned());
+    let max_body_bytes = server
+        .and_then(|s| s.max_body_bytes)
+        .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    let grpc_listen = match grpc.strip_prefix("unix:") {
+        Some(path) if !path.is_empty() => Some(Listen::Unix(path.into())),
+        Some(_) => {
+            errors.push("server.grpcListen", "give a socket path after `unix:`");
+            None
+        }
+        None => parse_addr(&grpc, "server.grpcListen", errors).map(Listen::Tcp),
+    };
+    let admin_listen = parse_addr(&admin, "server.adminListen", errors);
+    if max_body_bytes == 0 {
+        errors.push("server.maxBodyBytes", "must be greater than 0");
+    }
+    Some(Server {
+        grpc_listen: grpc_listen?,
+        admin_listen: admin_listen?,
+        max_body_bytes,
+        list_models: server.and_then(|s| s.list_models).unwrap_or(true),
+    })
+}
+
+fn parse_addr(text: &str, path: &str, errors: &mut Errors) -> Option<std::net::SocketAddr> {
+    match text.parse() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            errors.push(
+                path,
+                format!("{text:?} is not an IP:PORT address (e.g. 127.0.0.1:50051)"),
+            );
+            None
+        }
+    }
+}
+
+fn is_route_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/'))
+}
+
+/// One entry per parsed model, `None` where the model is invalid.
+fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<Model>> {
+    let mut models = Vec::new();
+    for (i, model) in raw {
+        let path = format!("models[{i}]");
+        let mut ok = true;
+        if !is_route_name(&model.name) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid route name; use letters, digits and . _ - : /",
+                    model.name
+                ),
+            );
+            ok = false;
+        } else if model.name.starts_with("mom/") {
+            errors.push(
+                format!("{path}.name"),
+                "names starting with mom/ are reserved for identities; rename the model",
+            );
+            ok = false;
+        }
+        if model.provider_model.trim().is_empty() {
+            errors.push(
+                format!("{path}.providerModel"),
+                "give the model id the upstream server expects",
+            );
+            ok = false;
+        }
+        if let Some(p) = &model.pricing {
+            for (field, value) in [
+                ("inputPerMillion", p.input_per_million),
+                ("outputPerMillion", p.output_per_million),
+            ] {
+                if !value.is_finite() || value < 0.0 {
+                    errors.push(
+                        format!("{path}.pricing.{field}"),
+                        format!("must be a non-negative number, got {value}"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        models.push(ok.then(|| Model {
+            name: model.name.clone(),
+            provider_model: model.provider_model.clone(),
+            description: model.description.clone(),
+            context_window: model.context_window,
+            pricing: model.pricing.as_ref().map(|p| Pricing {
+                input_per_million: p.input_per_million,
+                output_per_million: p.output_per_million,
+            }),
+            capabilities: model.capabilities.clone(),
+        }));
+    }
+    models
+}
+
+pub(super) fn known_names(index: &HashMap<String, usize>) -> String {
+    let mut names: Vec<(&usize, &str)> = index.iter().map(|(n, i)| (i, n.as_str())).collect();
+    names.sort_unstable();
+    let names: Vec<&str> = names.into_iter().map(|(_, n)| n).collect();
+    if names.is_empty() {
+        "(none declared)".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn compile_identities(
+    raw: &[(usize, RawIdentity)],
+    models: &HashMap<String, usize>,
+    decision_index: &HashMap<String, usize>,
+    decisions: &[Option<Decision>],
+    compiled_signals: &[Option<Signal>],
+    errors: &mut Errors,
+) -> Vec<(usize, Identity)> {
+    let mut identities = Vec::new();
+    for (i, identity) in raw {
+        let path = format!("identities[{i}]");
+        let mut ok = true;
+        if !is_route_name(&identity.name) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid identity name; use letters, digits and . _ - : / (e.g. mom/auto)",
+                    identity.name
+                ),
+            );
+            ok = false;
+        }
+        let default_model = models.get(&identity.default_model).copied();
+        if default_model.is_none() {
+            errors.push(
+                format!("{path}.defaultModel"),
+                format!(
+                    "unknown model {:?}; known models: {}",
+                    identity.default_model,
+                    known_names(models)
+                ),
+            );
+            ok = false;
+        }
+        let selected: Vec<usize> = match &identity.decisions {
+            None => (0..decisions.len()).collect(),
+            Some(names) => names
+                .iter()
+                .enumerate()
+                .filter_map(|(j, name)| {
+                    let found = decision_index.get(name).copied();
+                    if found.is_none() {
+                        ok = false;
+                        errors.push(
+                            format!("{path}.decisions[{j}]"),
+                            format!(
+                                "unknown decision {name:?}; known decisions: {}",
+                                known_names(decision_index)
+                            ),
+                        );
+                    }
+                    found
+                })
+                .collect(),
+        };
+        let mut signals = Vec::new();
+        for decision in selected.iter().filter_map(|&d| decisions.get(d)?.as_ref()) {
+            decision.rule.collect_signals(&mut signals);
+        }
+        signals.sort_unstable();
+        let uses = |test: fn(&SignalKind) -> bool| {
+            signals.iter().any(|&s| {
+                compiled_signals
+                    .get(s)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|signal| test(&signal.kind))
+            })
+        };
+        let needs_embedding = uses(SignalKind::needs_embedding);
+        let needs_entities = uses(SignalKind::needs_entities);
+        if let (true, Some(default_model)) = (ok, default_model) {
+            identities.push((
+                *i,
+                Identity {
+                    name: identity.name.clone(),
+                    version: identity.version.clone(),
+                    description: identity.description.clone(),
+                    default_model,
+                    decisions: selected,
+                    signals,
+                    needs_embedding,
+                    needs_entities,
+                },
+            ));
+        }
+    }
+    identities
+}
