@@ -82,10 +82,16 @@ fn check_config_exits_non_zero_and_prints_every_error() {
 
 #[test]
 fn check_config_accepts_every_shipped_example() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let examples = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("config.yaml"));
+    let benches = std::fs::read_dir(root.join("benches"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"));
     let mut checked = 0;
-    for entry in std::fs::read_dir(&examples).unwrap() {
-        let path = entry.unwrap().path().join("config.yaml");
+    for path in examples.chain(benches) {
         if !path.exists() {
             continue;
         }
@@ -103,5 +109,5 @@ fn check_config_accepts_every_shipped_example() {
         assert!(String::from_utf8_lossy(&output.stdout).contains(": ok, version "));
         checked += 1;
     }
-    assert!(checked >= 1, "no examples/*/config.yaml found");
+    assert!(checked >= 5, "only {checked} shipped configurations found");
 }
