@@ -159,21 +159,31 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
 /// its `maxTokens`), and one token-classifier call serves every PII signal (window: every
 /// message, scanned in overlapping windows).
 async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatRequest) -> Neural {
-    let mut neural = Neural::default();
-    if identity.needs_embedding {
-        neural.embedding = Some(match &snapshot.encoder {
+    let embedding = async {
+        if !identity.needs_embedding {
+            return None;
+        }
+        Some(match &snapshot.encoder {
             Some(encoder) => encoder.embed(request.last_user_text()).await,
             None => Err(InferenceError::Closed),
-        });
-    }
-    if identity.needs_entities {
+        })
+    };
+    let entities = async {
+        if !identity.needs_entities {
+            return None;
+        }
         let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
-        neural.entities = Some(match &snapshot.ner {
+        Some(match &snapshot.ner {
             Some(ner) => ner.call(&text.join("\n")).await,
             None => Err(InferenceError::Closed),
-        });
+        })
+    };
+    // The two models run on their own worker threads: ask both at once.
+    let (embedding, entities) = tokio::join!(embedding, entities);
+    Neural {
+        embedding,
+        entities,
     }
-    neural
 }
 
 /// Runs the identity's signals and decisions; returns the evidence and the chosen model index.
