@@ -216,15 +216,7 @@ async fn sse_streams_through_chunk_by_chunk() {
     );
     let log = stack.envoy.access_log_line("sse").await;
     assert_eq!(log["mom_decision"], "code");
-    let metrics = reqwest::get(format!(
-        "{}/metrics",
-        stack.sidecar.as_ref().unwrap().admin_url()
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
     assert!(
         metrics.contains("mom_stream_first_chunk_seconds_count 1"),
         "{metrics}"

@@ -299,12 +299,7 @@ async fn admin_endpoints_report_liveness_readiness_and_metrics() {
         .unwrap();
     assert_eq!(ready["ready"], true);
     assert_eq!(ready["config_version"], sidecar.version());
-    let metrics = reqwest::get(format!("{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sidecar.metrics().await;
     assert!(
         metrics.contains("mom_immediate_replies_total{code=\"invalid_json\",status=\"400\"} 1"),
         "{metrics}"

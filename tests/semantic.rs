@@ -146,15 +146,7 @@ async fn envoy_routes_by_the_embedding_signal_and_logs_it() {
     .await
     .unwrap();
     assert_eq!(ready["encoder"], "candle cpu");
-    let metrics = reqwest::get(format!(
-        "{}/metrics",
-        stack.sidecar.as_ref().unwrap().admin_url()
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
     assert!(
         metrics.contains("mom_model_batches_total{worker=\"encoder\"} "),
         "{metrics}"

@@ -57,6 +57,16 @@ impl Sidecar {
         std::fs::rename(&staging, &self.config).unwrap();
     }
 
+    /// The admin `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.admin_url()))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The live configuration version.
     pub fn version(&self) -> String {
         self.running.store.snapshot().version.clone()
