@@ -38,12 +38,22 @@ pub fn compile_in(text: &str, base: &Path) -> Result<Snapshot, ConfigErrors> {
 
 /// Reads and compiles the configuration file at `path`.
 pub fn load(path: &Path) -> Result<Snapshot, ConfigErrors> {
-    let bytes = std::fs::read(path).map_err(|e| {
+    compile_file(path, read_file(path)?)
+}
+
+/// The configuration file's bytes, or an error naming it.
+fn read_file(path: &Path) -> Result<Vec<u8>, ConfigErrors> {
+    std::fs::read(path).map_err(|e| {
         ConfigErrors(vec![ConfigError::new(
             "",
             format!("cannot read {}: {e}", path.display()),
         )])
-    })?;
+    })
+}
+
+/// Compiles `bytes`, already read from the file at `path` (whose directory anchors relative
+/// paths).
+pub fn compile_file(path: &Path, bytes: Vec<u8>) -> Result<Snapshot, ConfigErrors> {
     let text = String::from_utf8(bytes).map_err(|e| {
         ConfigErrors(vec![ConfigError::new(
             "",

@@ -1,7 +1,7 @@
 //! The live configuration: one `ArcSwap<Snapshot>`, read once per stream, replaced whole on a
 //! successful reload. A failed reload keeps the last good snapshot and reports every error.
 
-use super::{hex_sha256, load, ConfigErrors, Snapshot};
+use super::{compile_file, hex_sha256, read_file, ConfigErrors, Snapshot};
 use arc_swap::ArcSwap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -31,10 +31,9 @@ pub struct ConfigStore {
 impl ConfigStore {
     /// Loads `path`; fails with every error when it does not compile.
     pub fn open(path: &Path) -> Result<Self, ConfigErrors> {
-        let snapshot = load(path)?;
-        let seen = std::fs::read(path)
-            .map(|b| hex_sha256(&b))
-            .unwrap_or_default();
+        let bytes = read_file(path)?;
+        let seen = hex_sha256(&bytes);
+        let snapshot = compile_file(path, bytes)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
             path: path.to_owned(),
@@ -77,7 +76,7 @@ impl ConfigStore {
             }
             *seen = hash;
         }
-        match load(&self.path) {
+        match compile_file(&self.path, bytes) {
             Ok(snapshot) => {
                 let version = snapshot.version.clone();
                 self.current.store(Arc::new(snapshot));

@@ -98,7 +98,8 @@ pub fn continue_request_headers() -> ProcessingResponse {
 }
 
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
-pub fn forward(forward: &Forward, trace: &Trace) -> ProcessingResponse {
+/// Takes the rewritten body by value so it is not copied.
+pub fn forward(forward: Forward, trace: &Trace) -> ProcessingResponse {
     let set_headers = vec![
         set_header(SELECTED_MODEL_HEADER, &forward.model),
         set_header("content-length", &forward.body.len().to_string()),
@@ -111,7 +112,7 @@ pub fn forward(forward: &Forward, trace: &Trace) -> ProcessingResponse {
             remove_headers: Vec::new(),
         }),
         body_mutation: Some(BodyMutation {
-            mutation: Some(Mutation::Body(forward.body.clone())),
+            mutation: Some(Mutation::Body(forward.body)),
         }),
         clear_route_cache: true,
         ..Default::default()

@@ -118,11 +118,12 @@ impl StreamState {
                     algorithm = trace.algorithm,
                     "routed"
                 );
-                let response = convert::forward(&forward, &trace);
+                let (model, stream) = (forward.model.clone(), forward.stream);
+                let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
                     trace,
-                    model: forward.model,
-                    stream: forward.stream,
+                    model,
+                    stream,
                     at: Instant::now(),
                     first_chunk_seen: false,
                 });

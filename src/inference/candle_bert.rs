@@ -2,7 +2,7 @@
 //! `config.json`, mean pooling and L2 normalisation as sentence-transformers does.
 
 use super::tokenize::TextTokenizer;
-use super::{mean_pool, Encoder, InferenceError};
+use super::{Encoder, InferenceError};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
@@ -67,17 +67,7 @@ impl Encoder for CandleBert {
             .flatten_all()
             .and_then(|t| t.to_vec1())
             .map_err(run_error)?;
-        let row = batch.tokens * dims;
-        Ok((0..batch.batch)
-            .map(|i| {
-                mean_pool(
-                    &flat[i * row..(i + 1) * row],
-                    &batch.mask[i * batch.tokens..(i + 1) * batch.tokens],
-                    batch.tokens,
-                    dims,
-                )
-            })
-            .collect())
+        batch.pool(&flat, dims)
     }
 
     fn describe(&self) -> String {

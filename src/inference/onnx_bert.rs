@@ -3,7 +3,7 @@
 
 use super::onnx_session::open_session;
 use super::tokenize::TextTokenizer;
-use super::{mean_pool, Encoder, InferenceError};
+use super::{Encoder, InferenceError};
 use ort::session::Session;
 use ort::value::Tensor;
 use std::path::Path;
@@ -55,23 +55,7 @@ impl Encoder for OnnxBert {
             .map_err(run)?;
         let (out_shape, hidden) = outputs[0].try_extract_tensor::<f32>().map_err(run)?;
         let dims = out_shape.last().copied().unwrap_or_default() as usize;
-        let row = batch.tokens * dims;
-        if dims == 0 || hidden.len() != batch.batch * row {
-            return Err(InferenceError::Run(format!(
-                "unexpected output shape {out_shape:?} for {} x {} tokens",
-                batch.batch, batch.tokens
-            )));
-        }
-        Ok((0..batch.batch)
-            .map(|i| {
-                mean_pool(
-                    &hidden[i * row..(i + 1) * row],
-                    &batch.mask[i * batch.tokens..(i + 1) * batch.tokens],
-                    batch.tokens,
-                    dims,
-                )
-            })
-            .collect())
+        batch.pool(hidden, dims)
     }
 
     fn describe(&self) -> String {

@@ -1,7 +1,7 @@
 //! Tokenisation shared by both backends: truncation to the configured window and padding to
 //! the longest text of the batch.
 
-use super::InferenceError;
+use super::{mean_pool, InferenceError};
 use std::path::Path;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -66,5 +66,31 @@ impl TextTokenizer {
                 .extend(encoding.get_attention_mask().iter().map(|&m| i64::from(m)));
         }
         Ok(batch)
+    }
+}
+
+impl TokenBatch {
+    /// Mean-pools the encoder's output (`[batch, tokens, dims]`, row-major) over each row's real
+    /// tokens and L2-normalises: one sentence embedding per text.
+    pub fn pool(&self, hidden: &[f32], dims: usize) -> Result<Vec<Vec<f32>>, InferenceError> {
+        let row = self.tokens * dims;
+        if dims == 0 || hidden.len() != self.batch * row {
+            return Err(InferenceError::Run(format!(
+                "encoder output holds {} values, expected {} x {} x {dims}",
+                hidden.len(),
+                self.batch,
+                self.tokens
+            )));
+        }
+        Ok((0..self.batch)
+            .map(|i| {
+                mean_pool(
+                    &hidden[i * row..(i + 1) * row],
+                    &self.mask[i * self.tokens..(i + 1) * self.tokens],
+                    self.tokens,
+                    dims,
+                )
+            })
+            .collect())
     }
 }
