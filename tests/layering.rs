@@ -12,7 +12,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["app"],
-    &["extproc", "admin"],
+    &["extproc", "admin", "train"],
     &["engine"],
     &["config"],
     &["signals", "decision", "selection"],

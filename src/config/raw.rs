@@ -135,6 +135,72 @@ pub struct RawExemplar {
     pub on_error: RawOnError,
 }
 
+/// A trained-head classifier over the request embedding (the `domain` signal).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawClassifier {
+    /// Signal name.
+    pub name: String,
+    /// The head file written by `mom-router train` (safetensors).
+    pub head: String,
+    /// Labels that make the signal match; any label when empty.
+    #[serde(rename = "match", default)]
+    pub matching: Vec<String>,
+    /// The winning label's probability must reach this; default 0.
+    #[serde(default)]
+    pub min_confidence: f64,
+    /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
+    #[serde(default)]
+    pub on_error: RawOnError,
+}
+
+/// A named regular expression added to the jailbreak signal's rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNamedPattern {
+    /// Rule name, reported in the signal's label when it fires.
+    pub name: String,
+    /// Regular expression (Rust `regex` syntax), matched case-insensitively.
+    pub regex: String,
+}
+
+/// Jailbreak and prompt-injection detection: trained head over text windows plus pattern rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawJailbreak {
+    /// Signal name.
+    pub name: String,
+    /// The head file written by `mom-router train`; rules only when absent.
+    pub head: Option<String>,
+    /// Head labels that count as an attack; default `[jailbreak]`.
+    #[serde(default = "default_attack_labels")]
+    pub attack_labels: Vec<String>,
+    /// Attack probability (highest over the windows) at which the head fires; default 0.5.
+    #[serde(default = "half")]
+    pub threshold: f64,
+    /// Use the built-in pattern rules; default true.
+    #[serde(default = "yes")]
+    pub builtin_patterns: bool,
+    /// Extra pattern rules.
+    #[serde(default)]
+    pub patterns: Vec<RawNamedPattern>,
+    /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
+    #[serde(default)]
+    pub on_error: RawOnError,
+}
+
+fn default_attack_labels() -> Vec<String> {
+    vec!["jailbreak".to_owned()]
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// How an embedding signal combines its candidate similarities.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -338,6 +404,10 @@ pub enum RawSignal {
         #[serde(default)]
         on_error: RawOnError,
     },
+    /// Subject area (fourteen MMLU-Pro categories) by a trained head; needs `inference.encoder`.
+    Domain(RawClassifier),
+    /// Jailbreak and prompt-injection attempts: trained head plus pattern rules.
+    Jailbreak(RawJailbreak),
     /// Request difficulty: `easy`, `medium` or `hard` (built-in examples; needs `inference.encoder`).
     Complexity(RawExemplar),
     /// The operator's own labelled preferences (examples required; needs `inference.encoder`).

@@ -5,7 +5,7 @@
 use crate::decision::{self, Rule};
 use crate::inference::{EncoderHandle, TokenClassifierHandle};
 use crate::selection::{Algorithm, Candidate};
-use crate::signals::Signal;
+use crate::signals::{Needs, Signal};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,10 +74,8 @@ pub struct Identity {
     pub decisions: Vec<usize>,
     /// Indices of the signals those decisions read: the only signals computed for it.
     pub signals: Vec<usize>,
-    /// True when one of those signals reads the request embedding.
-    pub needs_embedding: bool,
-    /// True when one of those signals reads the token classifier's entities.
-    pub needs_entities: bool,
+    /// The models those signals read.
+    pub needs: Needs,
 }
 
 /// A compiled decision.

@@ -15,7 +15,8 @@ use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{self, request_key, Algorithm};
-use crate::signals::{Neural, OnError};
+use crate::signals::text::{scanned_text, windows};
+use crate::signals::{Needs, Neural, OnError};
 
 /// A reply mom-router sends itself instead of forwarding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +130,7 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
         Err(e) => return refusal(snapshot, e.into()),
     };
     if let Some(identity) = snapshot.identity(&request.model) {
-        let neural = neural_inputs(snapshot, identity, &request).await;
+        let neural = neural_inputs(snapshot, identity.needs, &request).await;
         return match route_identity(snapshot, identity, headers, &request, body, &neural) {
             Ok((trace, model)) => forward(trace, request, &snapshot.models[model]),
             Err(error) => refusal(snapshot, error),
@@ -154,13 +155,14 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
     )
 }
 
-/// Runs the models the identity's neural signals read, once each: one encoder forward (or cache
-/// hit) serves every embedding signal (window: the last user message, truncated by the encoder to
-/// its `maxTokens`), and one token-classifier call serves every PII signal (window: every
-/// message, scanned in overlapping windows).
-async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatRequest) -> Neural {
+/// Runs the models the signals in `needs` read, once each: one encoder call (or cache hit)
+/// serves every embedding signal (window: the last user message, truncated by the encoder to its
+/// `maxTokens`); the same encoder embeds the overlapping windows of user and tool text that
+/// jailbreak signals scan, queued together so they share a batch; one token-classifier call
+/// serves every PII signal (window: every message, scanned in overlapping windows).
+pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequest) -> Neural {
     let embedding = async {
-        if !identity.needs_embedding {
+        if !needs.embedding {
             return None;
         }
         Some(match &snapshot.encoder {
@@ -168,8 +170,18 @@ async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatR
             None => Err(InferenceError::Closed),
         })
     };
+    let windows = async {
+        if !needs.windows {
+            return None;
+        }
+        let texts = windows(&scanned_text(request));
+        Some(match &snapshot.encoder {
+            Some(encoder) => encoder.embed_many(&texts).await,
+            None => Err(InferenceError::Closed),
+        })
+    };
     let entities = async {
-        if !identity.needs_entities {
+        if !needs.entities {
             return None;
         }
         let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
@@ -178,11 +190,12 @@ async fn neural_inputs(snapshot: &Snapshot, identity: &Identity, request: &ChatR
             None => Err(InferenceError::Closed),
         })
     };
-    // The two models run on their own worker threads: ask both at once.
-    let (embedding, entities) = tokio::join!(embedding, entities);
+    // The models run on their own worker threads: ask them all at once.
+    let (embedding, windows, entities) = tokio::join!(embedding, windows, entities);
     Neural {
         embedding,
         entities,
+        windows,
     }
 }
 

@@ -4,6 +4,7 @@
 //! full queue answers [`InferenceError::Overloaded`] at once.
 
 mod candle_bert;
+mod head;
 mod onnx_bert;
 mod onnx_ner;
 mod onnx_session;
@@ -11,6 +12,7 @@ mod registry;
 mod tokenize;
 pub mod worker;
 
+pub use head::{softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT};
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};

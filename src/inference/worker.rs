@@ -75,6 +75,7 @@ pub struct ModelHandle<O> {
     jobs: SyncSender<Job<O>>,
     cache: Cache<String, Arc<O>>,
     described: String,
+    weights: Option<std::path::PathBuf>,
     stats: Arc<EncoderStats>,
 }
 
@@ -93,12 +94,33 @@ impl EncoderHandle {
     /// Loads the encoder on a new worker thread and waits until it is ready (or failed).
     pub fn spawn(spec: EncoderSpec) -> Result<Self, InferenceError> {
         let settings = spec.batch;
-        Self::start("mom-encoder", settings, move || load(&spec))
+        let weights = match &spec.backend {
+            super::Backend::Candle => spec.model_dir.join("model.safetensors"),
+            super::Backend::Onnx { model, .. } => model.clone(),
+        };
+        let mut handle = Self::start("mom-encoder", settings, move || load(&spec))?;
+        handle.weights = Some(weights);
+        Ok(handle)
+    }
+
+    /// The encoder's weights file (identifies the model in trained heads).
+    pub fn weights_file(&self) -> Option<&std::path::Path> {
+        self.weights.as_deref()
     }
 
     /// Embeds one text (see [`ModelHandle::call`]).
     pub async fn embed(&self, text: &str) -> Answer<Vec<f32>> {
         self.call(text).await
+    }
+
+    /// Embeds several texts, queued together so they can share a batch; fails as a whole when
+    /// any one fails.
+    pub async fn embed_many(&self, texts: &[String]) -> Result<Vec<Arc<Vec<f32>>>, InferenceError> {
+        let calls: Vec<_> = texts.iter().map(|text| self.call(text)).collect();
+        futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// Embeds several texts from a thread that may block (configuration compilation).
@@ -138,6 +160,7 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             jobs,
             cache: Cache::new(settings.cache_entries),
             described,
+            weights: None,
             stats,
         })
     }

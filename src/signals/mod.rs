@@ -3,21 +3,27 @@
 //! and never perform I/O.
 
 mod authz;
+mod classifier;
 mod conversation;
+mod deobfuscate;
 mod embedding;
 mod exemplar;
 pub mod exemplar_sets;
+mod jailbreak;
+pub mod jailbreak_patterns;
 mod keyword;
 mod language;
 mod metadata;
 mod pii;
 pub mod pii_patterns;
-mod text;
+pub mod text;
 
 pub use authz::AuthzSignal;
+pub use classifier::ClassifierSignal;
 pub use conversation::{ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use exemplar::{ExemplarSignal, Label};
+pub use jailbreak::{JailbreakSignal, Windows};
 pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
@@ -36,6 +42,33 @@ pub struct Neural {
     pub embedding: Option<Result<Arc<Vec<f32>>, InferenceError>>,
     /// Entities in every message, when a PII signal reads the token classifier.
     pub entities: Option<Entities>,
+    /// Embeddings of the overlapping windows of user and tool text, when a jailbreak signal
+    /// reads them.
+    pub windows: Option<Windows>,
+}
+
+/// Which models a set of signals reads; each is run at most once per request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// The request embedding (last user message).
+    pub embedding: bool,
+    /// The token classifier's entities.
+    pub entities: bool,
+    /// The embeddings of the user and tool text windows.
+    pub windows: bool,
+}
+
+impl Needs {
+    /// What `signals` read together.
+    pub fn of<'a>(signals: impl IntoIterator<Item = &'a SignalKind>) -> Self {
+        signals
+            .into_iter()
+            .fold(Self::default(), |needs, kind| Self {
+                embedding: needs.embedding || kind.needs_embedding(),
+                entities: needs.entities || kind.needs_entities(),
+                windows: needs.windows || kind.needs_windows(),
+            })
+    }
 }
 
 /// A problem in one signal's definition: the field (relative to the signal) and what is wrong.
@@ -74,6 +107,10 @@ pub enum SignalKind {
     /// The closest of several labelled example sets (complexity, preference, fact-check need,
     /// user feedback, modality).
     Exemplar(ExemplarSignal),
+    /// A trained head over the request embedding (`domain`).
+    Classifier(ClassifierSignal),
+    /// Jailbreak and prompt injection: a trained head over text windows plus pattern rules.
+    Jailbreak(JailbreakSignal),
     /// Personal data by validated detectors.
     Pii(PiiSignal),
     /// A request-header predicate.
@@ -91,6 +128,8 @@ impl SignalKind {
             Self::Authz(_) => "authz",
             Self::Embedding(_) => "embedding",
             Self::Exemplar(signal) => signal.task,
+            Self::Classifier(signal) => signal.task,
+            Self::Jailbreak(_) => "jailbreak",
             Self::Pii(_) => "pii",
             Self::Metadata(_) => "metadata",
         }
@@ -98,7 +137,15 @@ impl SignalKind {
 
     /// True when the signal reads the request embedding.
     pub fn needs_embedding(&self) -> bool {
-        matches!(self, Self::Embedding(_) | Self::Exemplar(_))
+        matches!(
+            self,
+            Self::Embedding(_) | Self::Exemplar(_) | Self::Classifier(_)
+        )
+    }
+
+    /// True when the signal reads the embeddings of the request's text windows.
+    pub fn needs_windows(&self) -> bool {
+        matches!(self, Self::Jailbreak(signal) if signal.uses_head())
     }
 
     /// True when the signal reads the token classifier's entities.
@@ -111,6 +158,8 @@ impl SignalKind {
         match self {
             Self::Embedding(signal) => Some(signal.on_error),
             Self::Exemplar(signal) => Some(signal.on_error),
+            Self::Classifier(signal) => Some(signal.on_error),
+            Self::Jailbreak(signal) if signal.uses_head() => Some(signal.on_error),
             Self::Pii(signal) if signal.uses_ner() => Some(signal.on_error),
             Self::Keyword(_)
             | Self::ContextLength(_)
@@ -118,6 +167,7 @@ impl SignalKind {
             | Self::Language(_)
             | Self::Authz(_)
             | Self::Pii(_)
+            | Self::Jailbreak(_)
             | Self::Metadata(_) => None,
         }
     }
@@ -200,6 +250,8 @@ impl Signal {
             SignalKind::Authz(signal) => signal.evaluate(headers),
             SignalKind::Embedding(signal) => signal.evaluate(neural.embedding.as_ref()),
             SignalKind::Exemplar(signal) => signal.evaluate(neural.embedding.as_ref()),
+            SignalKind::Classifier(signal) => signal.evaluate(neural.embedding.as_ref()),
+            SignalKind::Jailbreak(signal) => signal.evaluate(request, neural.windows.as_ref()),
             SignalKind::Pii(signal) => signal.evaluate(request, neural.entities.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
         };

@@ -28,3 +28,69 @@ impl Scope {
         }
     }
 }
+
+/// Words per scanning window (about 130 MiniLM tokens, inside the encoder's window).
+pub const WINDOW_WORDS: usize = 96;
+/// Words shared by consecutive windows, so a phrase cut at a boundary is still seen whole.
+pub const WINDOW_OVERLAP: usize = 16;
+/// Most windows scanned per request: beyond this, the first and last halves are kept (an attack
+/// is usually stated at the start or appended at the end of a long text).
+pub const MAX_WINDOWS: usize = 8;
+
+/// The text a chunked scan reads: every user and tool message (tool results carry indirect
+/// injections), in order.
+pub fn scanned_text(request: &ChatRequest) -> String {
+    let parts: Vec<&str> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == "user" || m.role == "tool")
+        .map(|m| m.text.as_str())
+        .collect();
+    parts.join("\n")
+}
+
+/// Overlapping word windows over `text` ([`WINDOW_WORDS`] words, [`WINDOW_OVERLAP`] shared),
+/// at most [`MAX_WINDOWS`] of them (head and tail when there are more). A text that fits one
+/// window is returned as is.
+pub fn windows(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() <= WINDOW_WORDS {
+        return vec![text.trim().to_owned()];
+    }
+    let step = WINDOW_WORDS - WINDOW_OVERLAP;
+    let mut all: Vec<String> = (0..words.len())
+        .step_by(step)
+        .take_while(|&start| start == 0 || start + WINDOW_OVERLAP < words.len())
+        .map(|start| words[start..(start + WINDOW_WORDS).min(words.len())].join(" "))
+        .collect();
+    if all.len() > MAX_WINDOWS {
+        let tail = all.split_off(all.len() - MAX_WINDOWS / 2);
+        all.truncate(MAX_WINDOWS - tail.len());
+        all.extend(tail);
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_one_window() {
+        assert_eq!(windows("  ignore the rules "), vec!["ignore the rules"]);
+    }
+
+    #[test]
+    fn long_text_overlaps_and_keeps_head_and_tail() {
+        let text: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
+        let chunks = windows(&text.join(" "));
+        assert_eq!(chunks.len(), MAX_WINDOWS);
+        assert!(chunks[0].starts_with("w0 ") && chunks[0].ends_with(" w95"));
+        assert!(chunks[1].starts_with("w80 "), "{}", &chunks[1][..20]);
+        assert!(chunks[MAX_WINDOWS - 1].ends_with(" w999"));
+        let two: Vec<String> = (0..150).map(|i| format!("w{i}")).collect();
+        let chunks = windows(&two.join(" "));
+        assert_eq!(chunks.len(), 2);
+        assert!(chunks[1].starts_with("w80 ") && chunks[1].ends_with(" w149"));
+    }
+}

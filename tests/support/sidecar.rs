@@ -82,6 +82,10 @@ pub fn quickstart_config() -> String {
         "../../.cache",
         &super::repo().join(".cache").display().to_string(),
     )
+    .replace(
+        "../../heads",
+        &super::repo().join("heads").display().to_string(),
+    )
 }
 
 /// The neural example policy, with its model paths made absolute for a config in a temp dir.

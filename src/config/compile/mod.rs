@@ -2,6 +2,7 @@
 //! errors; each names its path and says what would fix it. Signals and decisions compile in
 //! [`signals`], the models they use in [`models`].
 
+mod heads;
 mod models;
 mod signals;
 
@@ -11,7 +12,7 @@ use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
 use crate::config::raw::{RawIdentity, RawModel};
 use crate::config::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
-use crate::signals::{Signal, SignalKind};
+use crate::signals::{Needs, Signal};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -39,6 +40,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let neural_models = Models {
         encoder: encoder.as_ref(),
         ner: ner.as_ref(),
+        base,
     };
     // Names index every parsed entry, valid or not, so one bad entry does not turn each
     // reference to it into a second, misleading "unknown" error.
@@ -318,16 +320,12 @@ fn compile_identities(
             decision.rule.collect_signals(&mut signals);
         }
         signals.sort_unstable();
-        let uses = |test: fn(&SignalKind) -> bool| {
-            signals.iter().any(|&s| {
-                compiled_signals
-                    .get(s)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|signal| test(&signal.kind))
-            })
-        };
-        let needs_embedding = uses(SignalKind::needs_embedding);
-        let needs_entities = uses(SignalKind::needs_entities);
+        let needs = Needs::of(
+            signals
+                .iter()
+                .filter_map(|&s| compiled_signals.get(s).and_then(Option::as_ref))
+                .map(|signal| &signal.kind),
+        );
         if let (true, Some(default_model)) = (ok, default_model) {
             identities.push((
                 *i,
@@ -338,8 +336,7 @@ fn compile_identities(
                     default_model,
                     decisions: selected,
                     signals,
-                    needs_embedding,
-                    needs_entities,
+                    needs,
                 },
             ));
         }

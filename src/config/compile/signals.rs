@@ -1,5 +1,6 @@
 //! Signals, rules and decisions: raw entries compiled against the model and signal tables.
 
+use super::heads;
 use super::known_names;
 use crate::config::error::Errors;
 use crate::config::raw::{
@@ -32,6 +33,8 @@ pub(super) struct Models<'a> {
     pub encoder: Option<&'a Arc<EncoderHandle>>,
     /// The token classifier.
     pub ner: Option<&'a CompiledNer>,
+    /// Directory relative paths (head files) are resolved against.
+    pub base: &'a std::path::Path,
 }
 
 /// A loaded token classifier and what it reports.
@@ -142,6 +145,8 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
                 ),
             )
         }
+        RawSignal::Domain(raw) => heads::domain(raw, models)?,
+        RawSignal::Jailbreak(raw) => heads::jailbreak(raw, models)?,
         RawSignal::Complexity(raw) => exemplar("complexity", raw, models)?,
         RawSignal::Preference(raw) => exemplar("preference", raw, models)?,
         RawSignal::FactCheck(raw) => exemplar("fact_check", raw, models)?,
@@ -245,7 +250,7 @@ fn exemplar<'a>(
     Ok((&raw.name, SignalKind::Exemplar(signal)))
 }
 
-fn on_error_of(raw: RawOnError) -> OnError {
+pub(super) fn on_error_of(raw: RawOnError) -> OnError {
     match raw {
         RawOnError::NoMatch => OnError::NoMatch,
         RawOnError::Match => OnError::Match,
@@ -289,6 +294,8 @@ pub(super) fn signal_name(raw: &RawSignal) -> &str {
         | RawSignal::FactCheck(raw)
         | RawSignal::UserFeedback(raw)
         | RawSignal::Modality(raw) => &raw.name,
+        RawSignal::Domain(raw) => &raw.name,
+        RawSignal::Jailbreak(raw) => &raw.name,
     }
 }
 

@@ -1,5 +1,7 @@
-//! The command line: `serve`, `check-config`, `explain`. Each subcommand runs the same parse and
+//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`. Each subcommand runs the same parse and
 //! compile as the sidecar, so what the CLI accepts the sidecar accepts.
+
+mod train;
 
 use crate::app::{self, ServeOptions};
 use crate::config::{self, Snapshot};
@@ -63,6 +65,10 @@ enum Command {
         #[arg(default_value = "-")]
         request: String,
     },
+    /// Fit a classification head on frozen sentence embeddings of labelled examples.
+    Train(train::TrainArgs),
+    /// Score a configured signal on labelled examples, through the routing code.
+    Eval(train::EvalArgs),
 }
 
 /// Entry point used by the binary.
@@ -92,6 +98,14 @@ pub fn main() -> ExitCode {
             path,
             request,
         } => explain(&config, &headers, &method, &path, &request),
+        Command::Train(args) => {
+            crate::observability::logging::init(false);
+            train::run_train(args)
+        }
+        Command::Eval(args) => {
+            crate::observability::logging::init(false);
+            train::run_eval(args)
+        }
     }
 }
 

@@ -1,0 +1,148 @@
+//! `mom-router eval`: runs one configured signal over labelled examples, each sent as a
+//! single user message through the same neural inputs and evaluation the router uses.
+
+use super::data::{is_held_out, read_examples};
+use super::metrics::Report;
+use crate::config::Snapshot;
+use crate::engine::neural_inputs;
+use crate::llm::{ChatRequest, Headers};
+use crate::signals::Needs;
+use anyhow::Context;
+use futures_util::StreamExt;
+use std::path::PathBuf;
+
+/// Which examples of the file are scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// Every example.
+    All,
+    /// Only the share `train` held out with this percentage.
+    HeldOut(u32),
+}
+
+/// What `mom-router eval` scores.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The signal's name in the configuration.
+    pub signal: String,
+    /// Labelled examples (JSON Lines: `text`, `label`).
+    pub data: PathBuf,
+    /// Data labels that mean "the signal should match"; when given, the score is binary
+    /// (matched vs not). When empty, the signal's reported label is compared with the data's.
+    pub positive: Vec<String>,
+    /// Which examples to score.
+    pub split: Split,
+    /// Requests in flight at once (so the encoder can batch them).
+    pub concurrency: usize,
+}
+
+/// One example the signal got wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mistake {
+    /// The example's text.
+    pub text: String,
+    /// The data's label.
+    pub truth: String,
+    /// What the signal reported (its label, `matched` or not).
+    pub reported: String,
+}
+
+/// Scores the signal on the examples; returns the report and the examples it got wrong.
+pub async fn evaluate_signal(
+    snapshot: &Snapshot,
+    options: &EvalOptions,
+) -> anyhow::Result<(Report, Vec<Mistake>)> {
+    let signal = snapshot
+        .signals
+        .iter()
+        .find(|s| s.name == options.signal)
+        .with_context(|| format!("no signal named {:?} in the configuration", options.signal))?;
+    let needs = Needs::of([&signal.kind]);
+    let mut examples = read_examples(&options.data)?;
+    if let Split::HeldOut(percent) = options.split {
+        examples.retain(|e| is_held_out(&e.text, percent));
+    }
+    let headers = Headers::new(Vec::new());
+    let texts: Vec<String> = examples.iter().map(|e| e.text.clone()).collect();
+    let outcomes: Vec<anyhow::Result<(String, bool, Option<String>)>> =
+        futures_util::stream::iter(examples)
+            .map(|example| {
+                let headers = &headers;
+                async move {
+                    let body = serde_json::json!({
+                        "model": "eval",
+                        "messages": [{"role": "user", "content": example.text}],
+                    });
+                    let request = ChatRequest::parse(body.to_string().as_bytes())
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    let neural = neural_inputs(snapshot, needs, &request).await;
+                    let result = signal.evaluate(&request, headers, &neural);
+                    if let Some(error) = result.error {
+                        anyhow::bail!("signal {} gave no answer: {error}", signal.name);
+                    }
+                    Ok((example.label, result.matched, result.label))
+                }
+            })
+            .buffered(options.concurrency.max(1))
+            .collect()
+            .await;
+    let outcomes = outcomes.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    if options.positive.is_empty() {
+        let mut labels: Vec<String> = outcomes
+            .iter()
+            .flat_map(|(truth, _, predicted)| {
+                [truth.clone(), predicted.clone().unwrap_or_default()]
+            })
+            .collect();
+        labels.sort();
+        labels.dedup();
+        let index = |l: &str| labels.iter().position(|x| x == l).unwrap_or_default();
+        let pairs: Vec<(usize, usize)> = outcomes
+            .iter()
+            .map(|(truth, _, predicted)| {
+                (
+                    index(truth),
+                    index(predicted.as_deref().unwrap_or_default()),
+                )
+            })
+            .collect();
+        let mistakes = mistakes(&texts, &outcomes, |i| pairs[i].0 != pairs[i].1);
+        return Ok((Report::new(labels, &pairs), mistakes));
+    }
+    let positive = options.positive.join("|");
+    let pairs: Vec<(usize, usize)> = outcomes
+        .iter()
+        .map(|(truth, matched, _)| {
+            (
+                usize::from(options.positive.contains(truth)),
+                usize::from(*matched),
+            )
+        })
+        .collect();
+    let mistakes = mistakes(&texts, &outcomes, |i| pairs[i].0 != pairs[i].1);
+    Ok((
+        Report::new(vec![format!("not {positive}"), positive], &pairs),
+        mistakes,
+    ))
+}
+
+fn mistakes(
+    texts: &[String],
+    outcomes: &[(String, bool, Option<String>)],
+    wrong: impl Fn(usize) -> bool,
+) -> Vec<Mistake> {
+    outcomes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| wrong(*i))
+        .map(|(i, (truth, matched, label))| Mistake {
+            text: texts[i].clone(),
+            truth: truth.clone(),
+            reported: format!(
+                "{} ({})",
+                label.as_deref().unwrap_or("-"),
+                if *matched { "matched" } else { "not matched" }
+            ),
+        })
+        .collect()
+}

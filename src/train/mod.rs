@@ -1,0 +1,234 @@
+//! `mom-router train` and `mom-router eval`: router-owned heads fitted on frozen sentence
+//! embeddings from labelled JSON Lines, and the quality of a configured signal measured on
+//! labelled data through exactly the code that routes requests.
+
+mod cache;
+mod data;
+mod eval;
+mod fit;
+mod metrics;
+
+pub use data::{is_held_out, label_set, read_examples, Example};
+pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
+pub use fit::{fit, FitSettings};
+pub use metrics::Report;
+
+use crate::config::{self, Snapshot};
+use crate::inference::{EncoderHandle, Head, PROBE_TEXT};
+use crate::signals::text::windows;
+use anyhow::{bail, Context};
+use cache::EmbeddingCache;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What `mom-router train` fits.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// A configuration with `inference.encoder`: the encoder the head will read.
+    pub config: PathBuf,
+    /// Labelled examples (JSON Lines: `text`, `label`).
+    pub data: PathBuf,
+    /// The head's task (`domain`, `jailbreak`, …), checked when a signal loads it.
+    pub task: String,
+    /// Where to write the head (safetensors).
+    pub out: PathBuf,
+    /// Percentage of examples held out for evaluation (by text hash).
+    pub holdout: u32,
+    /// Train and score on overlapping word windows (as the jailbreak signal scans), not whole
+    /// texts.
+    pub windows: bool,
+    /// Optimiser settings.
+    pub fit: FitSettings,
+    /// Weigh every label equally in the loss, however many examples it has.
+    pub balance: bool,
+    /// Embedding cache file: reused (for the same encoder) and updated.
+    pub cache: Option<PathBuf>,
+}
+
+/// Loads a configuration, turning its errors into one message.
+pub fn load_config(path: &Path) -> anyhow::Result<Snapshot> {
+    config::load(path).map_err(|errors| {
+        let lines: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!("{}: {}", path.display(), lines.join("; "))
+    })
+}
+
+fn encoder_of(snapshot: &Snapshot) -> anyhow::Result<Arc<EncoderHandle>> {
+    snapshot
+        .encoder
+        .clone()
+        .context("the configuration has no inference.encoder to embed the examples with")
+}
+
+/// Embeds texts in slices, reporting progress on stderr; vectors already in `cache` are not
+/// recomputed.
+fn embed_all(
+    encoder: &EncoderHandle,
+    texts: &[String],
+    cache: &mut EmbeddingCache,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let missing: Vec<String> = texts
+        .iter()
+        .filter(|t| cache.get(t).is_none())
+        .cloned()
+        .collect();
+    for (i, slice) in missing.chunks(256).enumerate() {
+        let vectors = encoder.embed_blocking(slice)?;
+        for (text, vector) in slice.iter().zip(vectors) {
+            cache.insert(text, vector.as_ref().clone());
+        }
+        tracing::info!(
+            done = (i * 256 + slice.len()),
+            of = missing.len(),
+            "embedded"
+        );
+    }
+    texts
+        .iter()
+        .map(|t| {
+            cache
+                .get(t)
+                .cloned()
+                .context("embedding missing after encoding")
+        })
+        .collect()
+}
+
+fn sha256_file(path: &Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(format!("{:x}", Sha256::digest(&bytes)))
+}
+
+/// Per-example class probabilities: one text, or the element-wise maximum over its windows.
+fn example_probabilities(head: &Head, vectors: &[Vec<f32>]) -> Vec<f32> {
+    vectors
+        .iter()
+        .map(|v| head.probabilities(v))
+        .reduce(|a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect())
+        .unwrap_or_default()
+}
+
+/// Fits a head, scores it on the held-out share, writes it, and returns the held-out report.
+pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
+    let snapshot = load_config(&options.config)?;
+    let encoder = encoder_of(&snapshot)?;
+    let examples = read_examples(&options.data)?;
+    let labels = label_set(&examples);
+    if labels.len() < 2 {
+        bail!(
+            "{}: a head needs at least two labels",
+            options.data.display()
+        );
+    }
+    let index = |label: &str| labels.iter().position(|l| l == label).unwrap_or_default();
+    let units = |text: &str| {
+        if options.windows {
+            windows(text)
+        } else {
+            vec![text.to_owned()]
+        }
+    };
+    let (held, kept): (Vec<&Example>, Vec<&Example>) = examples
+        .iter()
+        .partition(|e| is_held_out(&e.text, options.holdout));
+    if kept.is_empty() {
+        bail!(
+            "no training examples left after holding out {}%",
+            options.holdout
+        );
+    }
+    let mut texts = Vec::new();
+    let mut targets = Vec::new();
+    for example in &kept {
+        for unit in units(&example.text) {
+            texts.push(unit);
+            targets.push(index(&example.label));
+        }
+    }
+    tracing::info!(
+        examples = kept.len(),
+        inputs = texts.len(),
+        held_out = held.len(),
+        "training"
+    );
+    let probe = encoder.embed_blocking(&[PROBE_TEXT.to_owned()])?;
+    let probe = probe
+        .first()
+        .map(|p| p.as_ref().clone())
+        .unwrap_or_default();
+    let mut cache = match &options.cache {
+        Some(path) => EmbeddingCache::open(path, &probe),
+        None => EmbeddingCache::default(),
+    };
+    let inputs = embed_all(&encoder, &texts, &mut cache)?;
+    let (layers, loss) = fit(
+        &inputs,
+        &targets,
+        labels.len(),
+        options.fit,
+        options.balance,
+    )?;
+    tracing::info!(loss, "fitted");
+    let weights = encoder
+        .weights_file()
+        .context("the encoder does not name its weights file")?;
+    let head = Head {
+        task: options.task.clone(),
+        labels: labels.clone(),
+        layers,
+        probe,
+        encoder: encoder.describe().to_owned(),
+        encoder_sha256: sha256_file(weights)?,
+    };
+    let mut held_texts = Vec::new();
+    let mut owner = Vec::new();
+    for (i, example) in held.iter().enumerate() {
+        for unit in units(&example.text) {
+            held_texts.push(unit);
+            owner.push(i);
+        }
+    }
+    let held_vectors = embed_all(&encoder, &held_texts, &mut cache)?;
+    if let Some(path) = &options.cache {
+        cache.save(path)?;
+    }
+    let mut grouped: Vec<Vec<Vec<f32>>> = vec![Vec::new(); held.len()];
+    for (vector, i) in held_vectors.into_iter().zip(owner) {
+        grouped[i].push(vector);
+    }
+    let pairs: Vec<(usize, usize)> = held
+        .iter()
+        .zip(&grouped)
+        .map(|(example, vectors)| {
+            let p = example_probabilities(&head, vectors);
+            let predicted = p
+                .iter()
+                .enumerate()
+                .fold(
+                    (0, f32::MIN),
+                    |b, (i, v)| if *v > b.1 { (i, *v) } else { b },
+                )
+                .0;
+            (index(&example.label), predicted)
+        })
+        .collect();
+    let report = Report::new(labels, &pairs);
+    let provenance = [
+        ("dataSha256", sha256_file(&options.data)?),
+        ("heldOutPercent", options.holdout.to_string()),
+        (
+            "settings",
+            format!("{:?}, balance: {}", options.fit, options.balance),
+        ),
+        (
+            "heldOut",
+            format!(
+                "{{\"accuracy\":{:.4},\"macroF1\":{:.4},\"examples\":{}}}",
+                report.accuracy, report.macro_f1, report.examples
+            ),
+        ),
+    ];
+    head.save(&options.out, &provenance)?;
+    Ok(report)
+}
