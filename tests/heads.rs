@@ -279,3 +279,44 @@ async fn envoy_routes_by_the_domain_and_jailbreak_heads() {
     let log = stack.envoy.access_log_line("heads-attack").await;
     assert_eq!(log["mom_decision"], "jailbreak");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_request() {
+    use mom_router::signals::Needs;
+    use std::sync::atomic::Ordering;
+    let snapshot = compile_str(&quickstart_config()).unwrap();
+    let encoder = snapshot.encoder.clone().unwrap();
+    let both = Needs {
+        embedding: true,
+        entities: false,
+        windows: true,
+    };
+    let request = mom_router::llm::ChatRequest::parse(
+        ask("A unique question about tidal pools, asked once by this test.")
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    let before = encoder.stats().items.load(Ordering::Relaxed);
+    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request).await;
+    assert_eq!(encoder.stats().items.load(Ordering::Relaxed) - before, 1);
+    let embedding = neural.embedding.unwrap().unwrap();
+    let windows = neural.windows.unwrap().unwrap();
+    assert_eq!(windows.len(), 1);
+    assert!(std::sync::Arc::ptr_eq(&embedding, &windows[0]));
+
+    // A long text: its windows are embedded together, each once.
+    let long: Vec<String> = (0..320).map(|i| format!("crab{i}")).collect();
+    let long = long.join(" ");
+    let request = mom_router::llm::ChatRequest::parse(ask(&long).to_string().as_bytes()).unwrap();
+    let before = encoder.stats().items.load(Ordering::Relaxed);
+    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request).await;
+    let windows = neural.windows.unwrap().unwrap();
+    assert_eq!(
+        windows.len(),
+        4,
+        "320 words: windows start at words 0, 80, 160 and 240"
+    );
+    let embedded = encoder.stats().items.load(Ordering::Relaxed) - before;
+    assert_eq!(embedded, 5, "the message plus its four windows");
+}

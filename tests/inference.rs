@@ -72,28 +72,63 @@ fn texts() -> Vec<String> {
     TEXTS.iter().map(|t| (*t).to_owned()).collect()
 }
 
-/// First five dimensions of Candle's embedding of "This is a test sentence.", recorded from a
-/// run of this encoder (all-MiniLM-L6-v2 safetensors, sha256 53aa5117…, mean pooling, L2 norm).
-const GOLDEN_FIRST_DIMS: [f32; 5] = [
-    0.084_296_5,
-    0.057_953_67,
-    0.004_493_302,
-    0.105_821_08,
-    0.007_083_444,
-];
+/// The reference embeddings of [`TEXTS`]: all-MiniLM-L6-v2 through PyTorch
+/// sentence-transformers on the same model files, written by
+/// `benches/reference_sentence_transformers.py --golden` (its `produced_by` field says how).
+fn golden() -> Vec<Vec<f32>> {
+    let path = support::repo().join("tests/fixtures/golden/minilm-sentence-transformers.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let texts: Vec<&str> = doc["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(texts, TEXTS);
+    doc["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect()
+}
 
 #[test]
-fn candle_embeddings_are_unit_length_and_match_the_recorded_golden_values() {
-    let encoder = EncoderHandle::spawn(candle(settings(8, 1, 64))).unwrap();
-    assert_eq!(encoder.describe(), "candle cpu");
-    let vectors = encoder.embed_blocking(&texts()).unwrap();
-    assert_eq!(vectors[0].len(), 384);
-    for v in &vectors {
-        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+fn candle_and_onnx_runtime_match_the_pytorch_reference_embeddings() {
+    let golden = golden();
+    let candle = EncoderHandle::spawn(candle(settings(8, 1, 64))).unwrap();
+    assert_eq!(candle.describe(), "candle cpu");
+    let ort = EncoderHandle::spawn(onnx(&["cpu"], false)).unwrap();
+    let from_candle = candle.embed_blocking(&texts()).unwrap();
+    let from_ort = ort.embed_blocking(&texts()).unwrap();
+    for (i, want) in golden.iter().enumerate() {
+        let got = &from_candle[i];
+        assert_eq!(got.len(), 384);
+        let norm: f32 = got.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
-    }
-    for (got, want) in vectors[0][..5].iter().zip(GOLDEN_FIRST_DIMS) {
-        assert!((got - want).abs() < 1e-4, "got {:?}", &vectors[0][..5]);
+        // fp32 on both sides: equal to the reference's seven printed digits, give or take.
+        let worst = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 1e-5,
+            "text {i}: Candle differs from PyTorch by {worst}"
+        );
+        // int8 weights: close in direction, not in digits.
+        let similarity = cosine(&from_ort[i], want);
+        assert!(
+            similarity > 0.998,
+            "text {i}: int8 vs PyTorch cosine {similarity}"
+        );
     }
 }
 

@@ -17,6 +17,7 @@ use crate::llm::{ChatRequest, Headers};
 use crate::selection::{self, request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
 use crate::signals::{Needs, Neural, OnError};
+use std::sync::Arc;
 
 /// A reply mom-router sends itself instead of forwarding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,26 +156,31 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
     )
 }
 
-/// Runs the models the signals in `needs` read, once each: one encoder call (or cache hit)
-/// serves every embedding signal (window: the last user message, truncated by the encoder to its
-/// `maxTokens`); the same encoder embeds the overlapping windows of user and tool text that
-/// jailbreak signals scan, queued together so they share a batch; one token-classifier call
-/// serves every PII signal (window: every message, scanned in overlapping windows).
+/// Runs the models the signals in `needs` read, once each. The encoder gets one request for the
+/// last user message (every embedding signal reads it; the encoder truncates it to `maxTokens`)
+/// and the overlapping windows of user and tool text (jailbreak signals scan them), queued
+/// together so they share a batch, each distinct text once: a one-message request needs one
+/// forward for both. The token classifier gets every message once (scanned in overlapping
+/// windows) for every PII signal.
 pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequest) -> Neural {
-    let embedding = async {
-        if !needs.embedding {
-            return None;
-        }
-        Some(match &snapshot.encoder {
-            Some(encoder) => encoder.embed(request.last_user_text()).await,
-            None => Err(InferenceError::Closed),
-        })
+    let window_texts = if needs.windows {
+        windows(&scanned_text(request))
+    } else {
+        Vec::new()
     };
-    let windows = async {
-        if !needs.windows {
+    let mut texts: Vec<String> = Vec::new();
+    if needs.embedding {
+        texts.push(request.last_user_text().trim().to_owned());
+    }
+    for window in &window_texts {
+        if !texts.contains(window) {
+            texts.push(window.clone());
+        }
+    }
+    let encoded = async {
+        if texts.is_empty() {
             return None;
         }
-        let texts = windows(&scanned_text(request));
         Some(match &snapshot.encoder {
             Some(encoder) => encoder.embed_many(&texts).await,
             None => Err(InferenceError::Closed),
@@ -191,11 +197,26 @@ pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequ
         })
     };
     // The models run on their own worker threads: ask them all at once.
-    let (embedding, windows, entities) = tokio::join!(embedding, windows, entities);
+    let (encoded, entities) = tokio::join!(encoded, entities);
+    let vector_of = |text: &str| -> Result<Arc<Vec<f32>>, InferenceError> {
+        let vectors = encoded.clone().unwrap_or(Err(InferenceError::Closed))?;
+        texts
+            .iter()
+            .position(|t| t == text)
+            .and_then(|i| vectors.get(i).cloned())
+            .ok_or(InferenceError::Closed)
+    };
     Neural {
-        embedding,
+        embedding: needs
+            .embedding
+            .then(|| vector_of(request.last_user_text().trim())),
         entities,
-        windows,
+        windows: needs.windows.then(|| {
+            window_texts
+                .iter()
+                .map(|w| vector_of(w))
+                .collect::<Result<Vec<_>, _>>()
+        }),
     }
 }
 
