@@ -284,8 +284,21 @@ async fn envoy_routes_by_the_domain_and_jailbreak_heads() {
 async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_request() {
     use mom_router::signals::Needs;
     use std::sync::atomic::Ordering;
-    let snapshot = compile_str(&quickstart_config()).unwrap();
+    // Its own encoder (another queue size makes another spec), so the counts are this test's.
+    let config = quickstart_config().replace(
+        "    maxTokens: 256\n",
+        "    maxTokens: 256\n    queue: 77\n",
+    );
+    let snapshot = compile_str(&config).unwrap();
     let encoder = snapshot.encoder.clone().unwrap();
+    assert!(!std::sync::Arc::ptr_eq(
+        &encoder,
+        compile_str(&quickstart_config())
+            .unwrap()
+            .encoder
+            .as_ref()
+            .unwrap()
+    ));
     let both = Needs {
         embedding: true,
         entities: false,
