@@ -2,7 +2,9 @@
 //! the others. Each error carries the full path (`decisions[2].modelRefs[0]`).
 
 use super::error::Errors;
-use super::raw::{RawDecision, RawIdentity, RawInference, RawModel, RawServer, RawSignal};
+use super::raw::{
+    RawDecision, RawIdentity, RawInference, RawModel, RawProjection, RawServer, RawSignal,
+};
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
@@ -23,6 +25,8 @@ pub struct RawConfig {
     pub signals: Vec<(usize, RawSignal)>,
     /// Decisions.
     pub decisions: Vec<(usize, RawDecision)>,
+    /// Projections.
+    pub projections: Vec<(usize, RawProjection)>,
     /// `(section, name)` of entries that failed to parse but have a readable `name`: references
     /// to them are not reported again as unknown.
     pub broken: Vec<(&'static str, String)>,
@@ -35,6 +39,7 @@ const SECTIONS: &[&str] = &[
     "models",
     "identities",
     "signals",
+    "projections",
     "decisions",
 ];
 
@@ -51,7 +56,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, models, identities, signals, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -68,6 +73,9 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
             "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),
             "decisions" => raw.decisions = list(value, "decisions", &mut raw.broken, errors),
+            "projections" => {
+                raw.projections = list(value, "projections", &mut raw.broken, errors);
+            }
             other => errors.push(
                 other,
                 format!(

@@ -508,3 +508,70 @@ pub struct RawDecision {
     #[serde(default)]
     pub algorithm: RawAlgorithm,
 }
+
+/// A projection: evidence derived from other signals, referenced in rules as `NAME.OUTPUT`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RawProjection {
+    /// A weighted sum of signal readings cut into named bands.
+    #[serde(rename_all = "camelCase")]
+    Score {
+        /// Projection name.
+        name: String,
+        /// The signals summed.
+        inputs: Vec<RawProjectionInput>,
+        /// Bands in rising order; the last one whose `atLeast` the score reaches holds.
+        bands: Vec<RawBand>,
+    },
+    /// A softmax over competing signals: only the most confident matching one holds.
+    #[serde(rename_all = "camelCase")]
+    Partition {
+        /// Projection name.
+        name: String,
+        /// The competing signals; each is also an output name.
+        members: Vec<String>,
+        /// Softmax temperature over confidences; default 0.1.
+        #[serde(default = "tenth")]
+        temperature: f64,
+    },
+}
+
+fn tenth() -> f64 {
+    0.1
+}
+
+/// One term of a score projection.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProjectionInput {
+    /// Signal name.
+    pub signal: String,
+    /// Weight of its reading.
+    pub weight: f64,
+    /// `confidence` (default), `value` or `matched` (1 or 0).
+    #[serde(default)]
+    pub read: RawReading,
+}
+
+/// Which part of a signal's result a score reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawReading {
+    /// Its confidence.
+    #[default]
+    Confidence,
+    /// Its measured value.
+    Value,
+    /// 1 when matched, else 0.
+    Matched,
+}
+
+/// One named band of a score projection.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawBand {
+    /// Output name.
+    pub name: String,
+    /// Lowest score in the band; the first band may omit it (no lower bound).
+    pub at_least: Option<f64>,
+}

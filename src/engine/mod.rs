@@ -16,7 +16,7 @@ use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{self, request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
-use crate::signals::{Needs, Neural, OnError};
+use crate::signals::{Input, Needs, Neural, OnError};
 use std::sync::Arc;
 
 /// A reply mom-router sends itself instead of forwarding.
@@ -230,10 +230,19 @@ fn route_identity(
     neural: &Neural,
 ) -> Result<(Trace, usize), RouteError> {
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
+    let mut values: Vec<Option<f64>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
+    // Signal indices are sorted and projections come after the signals they read.
     for &index in &identity.signals {
         let signal = &snapshot.signals[index];
-        let result = signal.evaluate(request, headers, neural);
+        let earlier = |i: usize| {
+            facts.get(i).copied().flatten().map(|fact| Input {
+                matched: fact.matched,
+                confidence: fact.confidence,
+                value: values.get(i).copied().flatten(),
+            })
+        };
+        let result = signal.evaluate(request, headers, neural, &earlier);
         if let (Some(reason), Some(OnError::Fail)) = (&result.error, signal.kind.on_error()) {
             return Err(RouteError::SignalUnavailable {
                 signal: signal.name.clone(),
@@ -244,6 +253,7 @@ fn route_identity(
             matched: result.matched,
             confidence: result.confidence,
         });
+        values[index] = result.value;
         results.push(result);
     }
     let mut trace = Trace::empty(snapshot);

@@ -16,6 +16,7 @@ mod language;
 mod metadata;
 mod pii;
 pub mod pii_patterns;
+mod projection;
 pub mod text;
 
 pub use authz::AuthzSignal;
@@ -28,6 +29,7 @@ pub use keyword::{KeywordOperator, KeywordSignal};
 pub use language::LanguageSignal;
 pub use metadata::{HeaderPredicate, MetadataSignal};
 pub use pii::{Entities, PiiSignal};
+pub use projection::{Input, Outcome, Projection, Reading};
 pub use text::Scope;
 
 use crate::inference::InferenceError;
@@ -115,6 +117,17 @@ pub enum SignalKind {
     Pii(PiiSignal),
     /// A request-header predicate.
     Metadata(MetadataSignal),
+    /// One output of a projection over earlier signals (`difficulty.hard`).
+    Projection(ProjectionOutput),
+}
+
+/// One output of a projection: it holds when the projection's winner is this output.
+#[derive(Debug, Clone)]
+pub struct ProjectionOutput {
+    /// The projection, shared by all its outputs.
+    pub projection: Arc<Projection>,
+    /// This output's position among the projection's outputs.
+    pub output: usize,
 }
 
 impl SignalKind {
@@ -132,6 +145,7 @@ impl SignalKind {
             Self::Jailbreak(_) => "jailbreak",
             Self::Pii(_) => "pii",
             Self::Metadata(_) => "metadata",
+            Self::Projection(_) => "projection",
         }
     }
 
@@ -168,7 +182,8 @@ impl SignalKind {
             | Self::Authz(_)
             | Self::Pii(_)
             | Self::Jailbreak(_)
-            | Self::Metadata(_) => None,
+            | Self::Metadata(_)
+            | Self::Projection(_) => None,
         }
     }
 }
@@ -235,12 +250,14 @@ impl Evidence {
 }
 
 impl Signal {
-    /// Evaluates the signal on one request; `neural` carries the model outputs it may read.
+    /// Evaluates the signal on one request; `neural` carries the model outputs it may read and
+    /// `earlier` the results of signals evaluated before it (what a projection reads).
     pub fn evaluate(
         &self,
         request: &ChatRequest,
         headers: &Headers,
         neural: &Neural,
+        earlier: &dyn Fn(usize) -> Option<Input>,
     ) -> SignalResult {
         let evidence = match &self.kind {
             SignalKind::Keyword(signal) => signal.evaluate(request),
@@ -254,6 +271,21 @@ impl Signal {
             SignalKind::Jailbreak(signal) => signal.evaluate(request, neural.windows.as_ref()),
             SignalKind::Pii(signal) => signal.evaluate(request, neural.entities.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
+            SignalKind::Projection(ProjectionOutput { projection, output }) => {
+                let outcome = projection.evaluate(earlier);
+                let names = projection.outputs();
+                Evidence {
+                    matched: outcome.winner == Some(*output),
+                    confidence: if outcome.winner == Some(*output) {
+                        outcome.confidence
+                    } else {
+                        1.0 - outcome.confidence
+                    },
+                    value: Some(outcome.score),
+                    label: outcome.winner.and_then(|w| names.get(w).cloned()),
+                    error: None,
+                }
+            }
         };
         let Evidence {
             matched,

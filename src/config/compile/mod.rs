@@ -4,6 +4,7 @@
 
 mod heads;
 mod models;
+mod projections;
 mod signals;
 
 use self::models::{compile_encoder, compile_ner};
@@ -12,7 +13,7 @@ use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
 use crate::config::raw::{RawIdentity, RawModel};
 use crate::config::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
-use crate::signals::{Needs, Signal};
+use crate::signals::{Needs, Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -57,7 +58,24 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         &raw.broken,
         errors,
     );
-    let signals = compile_signals(&raw.signals, &neural_models, errors);
+    let mut signal_index = signal_index;
+    let mut signals = compile_signals(&raw.signals, &neural_models, errors);
+    // Projection outputs join the table after the ordinary signals they read.
+    for output in projections::compile_projections(&raw.projections, &signal_index, errors) {
+        if signal_index
+            .insert(output.name.clone(), signals.len())
+            .is_some()
+        {
+            errors.push(
+                "projections",
+                format!(
+                    "{:?} is both a signal and a projection output; rename one",
+                    output.name
+                ),
+            );
+        }
+        signals.push(Some(output));
+    }
     let decision_index = index_by_name(
         raw.decisions.iter().map(|(i, d)| (*i, d.name.as_str())),
         "decisions",
@@ -115,8 +133,26 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     })
 }
 
+/// What referenced projection outputs add to an identity's signals: the signals each projection
+/// reads (evaluated before it, as their indices are lower) and its other outputs (so `explain`
+/// shows every band, not only the referenced one).
+fn projection_needs(referenced: &[usize], compiled: &[Option<Signal>]) -> Vec<usize> {
+    let projection_of = |index: usize| match &compiled.get(index)?.as_ref()?.kind {
+        SignalKind::Projection(output) => Some(output.projection.clone()),
+        _ => None,
+    };
+    let mut needs = Vec::new();
+    for projection in referenced.iter().filter_map(|&s| projection_of(s)) {
+        needs.extend(projection.inputs());
+        needs.extend((0..compiled.len()).filter(|&i| {
+            projection_of(i).is_some_and(|other| std::sync::Arc::ptr_eq(&other, &projection))
+        }));
+    }
+    needs
+}
+
 /// Names of entries that failed to parse map to this position, which no list holds.
-const BROKEN: usize = usize::MAX;
+pub(super) const BROKEN: usize = usize::MAX;
 
 /// Maps names to positions in the compiled list; duplicates are errors.
 fn index_by_name<'a>(
@@ -319,7 +355,9 @@ fn compile_identities(
         for decision in selected.iter().filter_map(|&d| decisions.get(d)?.as_ref()) {
             decision.rule.collect_signals(&mut signals);
         }
+        signals.extend(projection_needs(&signals, compiled_signals));
         signals.sort_unstable();
+        signals.dedup();
         let needs = Needs::of(
             signals
                 .iter()
