@@ -160,3 +160,27 @@ fn serve_refuses_an_invalid_config_and_stops_cleanly_on_sigterm() {
     };
     assert!(status.success(), "exit status {status}");
 }
+
+#[test]
+fn train_refuses_a_holdout_outside_1_to_90_instead_of_changing_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args([
+            "train",
+            "--config",
+            "c.yaml",
+            "--data",
+            "d.jsonl",
+            "--task",
+            "domain",
+            "--out",
+            "h.safetensors",
+            "--holdout",
+            "95",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--holdout"), "{stderr}");
+    assert!(stderr.contains("1..=90"), "{stderr}");
+}

@@ -12,14 +12,13 @@
 
 mod support;
 
-use mom_router::cli::run_offline;
 use mom_router::config::compile_str;
 use mom_router::inference::Head;
-use mom_router::llm::Headers;
 use mom_router::train::{evaluate_signal, EvalOptions, Split};
 use serde_json::Value;
 use std::path::PathBuf;
 use support::sidecar::{quickstart_config, semantic_config};
+use support::signal;
 use support::stack::{ask, header, Stack};
 
 fn data(name: &str) -> PathBuf {
@@ -107,10 +106,18 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     )
     .await
     .unwrap();
-    let f1 = held_out.f1_of("jailbreak").unwrap();
+    // Like with like: the signal's macro-F1 against the head's recorded macro-F1 (the signal adds
+    // the pattern rules, so it may score a little differently, not much lower).
+    let macro_f1 = held_out.macro_f1;
     let recorded_f1 = recorded("jailbreak.safetensors")["macroF1"]
         .as_f64()
         .unwrap();
+    assert!(
+        macro_f1 >= recorded_f1 - 0.02,
+        "macro-F1 {macro_f1} vs recorded {recorded_f1}\n{held_out}"
+    );
+    // And the attack class itself holds at that level.
+    let f1 = held_out.f1_of("jailbreak").unwrap();
     assert!(
         f1 >= recorded_f1 - 0.02,
         "F1 {f1} vs recorded macro-F1 {recorded_f1}\n{held_out}"
@@ -128,24 +135,7 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
 }
 
 fn explain(config: &str, text: &str) -> Value {
-    let snapshot = compile_str(config).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let body = ask(text).to_string().into_bytes();
-    let headers = Headers::new(vec![
-        (":method".to_owned(), "POST".to_owned()),
-        (":path".to_owned(), "/v1/chat/completions".to_owned()),
-    ]);
-    let routed = runtime.block_on(run_offline(&snapshot, &headers, &body));
-    mom_router::cli::explain_json(&routed)
-}
-
-fn signal<'a>(explained: &'a Value, name: &str) -> &'a Value {
-    explained["signals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no signal {name} in {explained:#}"))
+    support::explain_offline(config, &ask(text))
 }
 
 #[test]

@@ -7,10 +7,11 @@
     reason = "test helpers fail loudly"
 )]
 
-use mom_router::cli::{explain_json, run_offline};
+mod support;
+
 use mom_router::config::compile_str;
-use mom_router::llm::Headers;
 use serde_json::{json, Value};
+use support::signal;
 
 const POLICY: &str = r#"
 version: projections-test
@@ -45,25 +46,7 @@ decisions:
 "#;
 
 fn explain(config: &str, messages: Value) -> Value {
-    let snapshot = compile_str(config).unwrap();
-    let body = json!({"model": "mom/auto", "messages": messages}).to_string();
-    let headers = Headers::new(vec![
-        (":method".to_owned(), "POST".to_owned()),
-        (":path".to_owned(), "/v1/chat/completions".to_owned()),
-    ]);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    explain_json(&runtime.block_on(run_offline(&snapshot, &headers, body.as_bytes())))
-}
-
-fn signal<'a>(explained: &'a Value, name: &str) -> &'a Value {
-    explained["signals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {explained:#}"))
+    support::explain_offline(config, &json!({"model": "mom/auto", "messages": messages}))
 }
 
 fn user(text: &str) -> Value {

@@ -22,8 +22,8 @@ pub struct TrainArgs {
     /// Output head file (safetensors).
     #[arg(long)]
     out: PathBuf,
-    /// Percentage of examples held out (by text hash) and scored.
-    #[arg(long, default_value_t = 20)]
+    /// Percentage of examples held out (by text hash) and scored, 1 to 90.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=90))]
     holdout: u32,
     /// Train and score on overlapping word windows, as the jailbreak signal scans.
     #[arg(long)]
@@ -70,7 +70,7 @@ pub struct EvalArgs {
     #[arg(long)]
     positive: Vec<String>,
     /// Score only the share `train --holdout N` held out.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=90))]
     held_out: Option<u32>,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 32)]
@@ -92,7 +92,7 @@ pub fn run_train(args: TrainArgs) -> ExitCode {
         data: args.data,
         task: args.task,
         out: args.out,
-        holdout: args.holdout.min(90),
+        holdout: args.holdout,
         windows: args.windows,
         fit: FitSettings {
             hidden: args.hidden,

@@ -199,12 +199,15 @@ pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequ
     // The models run on their own worker threads: ask them all at once.
     let (encoded, entities) = tokio::join!(encoded, entities);
     let vector_of = |text: &str| -> Result<Arc<Vec<f32>>, InferenceError> {
-        let vectors = encoded.clone().unwrap_or(Err(InferenceError::Closed))?;
-        texts
-            .iter()
-            .position(|t| t == text)
-            .and_then(|i| vectors.get(i).cloned())
-            .ok_or(InferenceError::Closed)
+        match &encoded {
+            Some(Ok(vectors)) => texts
+                .iter()
+                .position(|t| t == text)
+                .and_then(|i| vectors.get(i).cloned())
+                .ok_or(InferenceError::Closed),
+            Some(Err(error)) => Err(error.clone()),
+            None => Err(InferenceError::Closed),
+        }
     };
     Neural {
         embedding: needs

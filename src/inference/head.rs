@@ -101,13 +101,7 @@ impl Head {
 
     /// The most probable label and its probability.
     pub fn predict(&self, embedding: &[f32]) -> (usize, f32) {
-        self.probabilities(embedding)
-            .into_iter()
-            .enumerate()
-            .fold(
-                (0, f32::MIN),
-                |best, (i, p)| if p > best.1 { (i, p) } else { best },
-            )
+        argmax(&self.probabilities(embedding))
     }
 
     /// Reads a head file and checks that its shapes fit together.
@@ -137,12 +131,7 @@ impl Head {
             if view.dtype() != Dtype::F32 {
                 return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
             }
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            Ok((view.shape().to_vec(), values))
+            Ok((view.shape().to_vec(), f32s_from_le(view.data())))
         };
         let mut layers = Vec::new();
         while tensors
@@ -206,25 +195,23 @@ impl Head {
 
     /// Writes the head file; `extra` adds metadata (e.g. the training report).
     pub fn save(&self, path: &Path, extra: &[(&str, String)]) -> Result<(), HeadError> {
-        let to_bytes =
-            |values: &[f32]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
         let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for (i, layer) in self.layers.iter().enumerate() {
             buffers.push((
                 format!("layers.{i}.weight"),
                 vec![layer.outputs(), layer.inputs],
-                to_bytes(&layer.weight),
+                f32s_to_le(&layer.weight),
             ));
             buffers.push((
                 format!("layers.{i}.bias"),
                 vec![layer.outputs()],
-                to_bytes(&layer.bias),
+                f32s_to_le(&layer.bias),
             ));
         }
         buffers.push((
             "probe".to_owned(),
             vec![self.probe.len()],
-            to_bytes(&self.probe),
+            f32s_to_le(&self.probe),
         ));
         let views = buffers
             .iter()
@@ -250,6 +237,28 @@ impl Head {
         safetensors::serialize_to_file(views, Some(info), path)
             .map_err(|e| HeadError::new(path, e.to_string()))
     }
+}
+
+/// Little-endian bytes as f32 values (the safetensors layout); a trailing partial value is
+/// ignored.
+pub fn f32s_from_le(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// f32 values as little-endian bytes (the safetensors layout).
+pub fn f32s_to_le(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// The index and value of the largest element (the first on ties; `(0, f32::MIN)` when empty).
+pub fn argmax(values: &[f32]) -> (usize, f32) {
+    values.iter().enumerate().fold(
+        (0, f32::MIN),
+        |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+    )
 }
 
 /// In-place softmax.

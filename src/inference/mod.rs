@@ -12,7 +12,9 @@ mod registry;
 mod tokenize;
 pub mod worker;
 
-pub use head::{softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT};
+pub use head::{
+    argmax, f32s_from_le, f32s_to_le, softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT,
+};
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};

@@ -42,20 +42,33 @@ fn fingerprint_files(files: &[PathBuf]) -> Result<Fingerprint, InferenceError> {
         .collect()
 }
 
-/// The running encoder for `spec`, loading it if no live snapshot holds one.
-pub fn shared_encoder(spec: &EncoderSpec) -> Result<Arc<EncoderHandle>, InferenceError> {
-    let key = (spec.clone(), fingerprint(spec)?);
-    let loaded = LOADED.get_or_init(|| Mutex::new(HashMap::new()));
+/// The live handle under `key` in `registry`, or a new one from `start`, remembered weakly so
+/// it stops once no snapshot holds it.
+fn live_or_start<K: Eq + std::hash::Hash, H>(
+    registry: &OnceLock<Mutex<HashMap<K, Weak<H>>>>,
+    what: &str,
+    key: K,
+    start: impl FnOnce() -> Result<H, InferenceError>,
+) -> Result<Arc<H>, InferenceError> {
+    let loaded = registry.get_or_init(|| Mutex::new(HashMap::new()));
     let mut loaded = loaded
         .lock()
-        .map_err(|_| InferenceError::Load("encoder registry lock poisoned".to_owned()))?;
+        .map_err(|_| InferenceError::Load(format!("{what} registry lock poisoned")))?;
     loaded.retain(|_, handle| handle.strong_count() > 0);
     if let Some(handle) = loaded.get(&key).and_then(Weak::upgrade) {
         return Ok(handle);
     }
-    let handle = Arc::new(EncoderHandle::spawn(spec.clone())?);
+    let handle = Arc::new(start()?);
     loaded.insert(key, Arc::downgrade(&handle));
     Ok(handle)
+}
+
+/// The running encoder for `spec`, loading it if no live snapshot holds one.
+pub fn shared_encoder(spec: &EncoderSpec) -> Result<Arc<EncoderHandle>, InferenceError> {
+    let key = (spec.clone(), fingerprint(spec)?);
+    live_or_start(&LOADED, "encoder", key, || {
+        EncoderHandle::spawn(spec.clone())
+    })
 }
 
 /// A running token classifier.
@@ -77,18 +90,10 @@ pub fn shared_token_classifier(
         spec.model_dir.join("config.json"),
     ];
     let key = (spec.clone(), settings, fingerprint_files(&files)?);
-    let loaded = CLASSIFIERS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut loaded = loaded
-        .lock()
-        .map_err(|_| InferenceError::Load("classifier registry lock poisoned".to_owned()))?;
-    loaded.retain(|_, handle| handle.strong_count() > 0);
-    if let Some(handle) = loaded.get(&key).and_then(Weak::upgrade) {
-        return Ok(handle);
-    }
-    let load_spec = spec.clone();
-    let handle = Arc::new(ModelHandle::start("mom-ner", settings, move || {
-        OnnxTokenClassifier::load(&load_spec)
-    })?);
-    loaded.insert(key, Arc::downgrade(&handle));
-    Ok(handle)
+    live_or_start(&CLASSIFIERS, "classifier", key, || {
+        let load_spec = spec.clone();
+        ModelHandle::start("mom-ner", settings, move || {
+            OnnxTokenClassifier::load(&load_spec)
+        })
+    })
 }

@@ -43,27 +43,42 @@ static SPACED_LETTERS: LazyLock<Regex> =
 static UNICODE_ESCAPE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\\u([0-9a-fA-F]{4})").expect("valid regex"));
 
-/// Every reading of `text` that differs from it, with the reading's name.
-pub fn readings(text: &str) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = Vec::new();
-    let mut push = |name: &'static str, reading: String| {
-        if reading != text && !reading.trim().is_empty() {
-            out.push((name, reading));
-        }
-    };
-    push("unicode_tags", visible(text));
-    push("spaced_letters", join_spaced(text));
-    push("unicode_escapes", unescape(text));
-    push("percent_encoding", percent_decode(text));
-    if text.len() <= WHOLE_TEXT_LIMIT {
-        push("leetspeak", unleet(text));
-        push("reversed", text.chars().rev().collect());
-        push("rot13", rot13(text));
-    }
-    push("base64", decode_runs(text, &BASE64_RUN, decode_base64));
-    push("hex", decode_runs(text, &HEX_RUN, decode_hex));
-    push("binary", decode_runs(text, &BINARY_RUN, decode_binary));
-    out
+/// A reading: its name, whether it rewrites the whole text (skipped for texts over
+/// [`WHOLE_TEXT_LIMIT`]), and the rewrite.
+type Reading = (&'static str, bool, fn(&str) -> String);
+
+/// The readings, in the order they are tried (the first that fires is the one reported).
+const READINGS: &[Reading] = &[
+    ("unicode_tags", false, visible),
+    ("spaced_letters", false, join_spaced),
+    ("unicode_escapes", false, unescape),
+    ("percent_encoding", false, percent_decode),
+    ("leetspeak", true, unleet),
+    ("reversed", true, reverse),
+    ("rot13", true, rot13),
+    ("base64", false, |t| {
+        decode_runs(t, &BASE64_RUN, decode_base64)
+    }),
+    ("hex", false, |t| decode_runs(t, &HEX_RUN, decode_hex)),
+    ("binary", false, |t| {
+        decode_runs(t, &BINARY_RUN, decode_binary)
+    }),
+];
+
+/// Every reading of `text` that differs from it, with the reading's name, computed one at a
+/// time as the caller asks, so a search can stop at the first reading that answers it.
+pub fn readings(text: &str) -> impl Iterator<Item = (&'static str, String)> + '_ {
+    READINGS
+        .iter()
+        .filter(move |(_, whole_text, _)| !whole_text || text.len() <= WHOLE_TEXT_LIMIT)
+        .filter_map(move |(name, _, read)| {
+            let reading = read(text);
+            (reading != text && !reading.trim().is_empty()).then_some((*name, reading))
+        })
+}
+
+fn reverse(text: &str) -> String {
+    text.chars().rev().collect()
 }
 
 /// Maps Unicode tag characters (U+E0020–U+E007E) to the ASCII they mirror and drops
@@ -200,10 +215,7 @@ mod tests {
     use super::*;
 
     fn reading(text: &str, name: &str) -> Option<String> {
-        readings(text)
-            .into_iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, r)| r)
+        readings(text).find(|(n, _)| *n == name).map(|(_, r)| r)
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! request by the shared encoder) and candidate phrases embedded when the configuration loads.
 
 use super::{Evidence, SignalError};
-use crate::inference::{cosine, InferenceError};
+use crate::inference::{argmax, cosine, InferenceError};
 use std::sync::Arc;
 
 /// How candidate similarities combine.
@@ -73,11 +73,7 @@ impl EmbeddingSignal {
             .iter()
             .map(|(_, candidate)| cosine(embedding, candidate))
             .collect();
-        let (best, best_score) =
-            scores.iter().enumerate().fold(
-                (0, f32::MIN),
-                |acc, (i, s)| if *s > acc.1 { (i, *s) } else { acc },
-            );
+        let (best, best_score) = argmax(&scores);
         let score = match self.aggregate {
             Aggregate::Max => best_score,
             Aggregate::Mean => scores.iter().sum::<f32>() / scores.len() as f32,

@@ -4,7 +4,7 @@
 
 use super::embedding::{no_answer, request_embedding, OnError};
 use super::{Evidence, SignalError};
-use crate::inference::{cosine, InferenceError};
+use crate::inference::{argmax, cosine, softmax, InferenceError};
 use std::sync::Arc;
 
 /// Softmax temperature over label similarities: small, because cosine gaps between labels are
@@ -111,18 +111,10 @@ impl ExemplarSignal {
                     .fold(f32::MIN, f32::max)
             })
             .collect();
-        let top = scores.iter().copied().fold(f32::MIN, f32::max);
-        let weights: Vec<f32> = scores
-            .iter()
-            .map(|s| ((s - top) / TEMPERATURE).exp())
-            .collect();
-        let total: f32 = weights.iter().sum();
-        let (best, weight) =
-            weights.iter().enumerate().fold(
-                (0, f32::MIN),
-                |acc, (i, w)| if *w > acc.1 { (i, *w) } else { acc },
-            );
-        let confidence = f64::from(weight / total);
+        let mut weights: Vec<f32> = scores.iter().map(|s| s / TEMPERATURE).collect();
+        softmax(&mut weights);
+        let (best, probability) = argmax(&weights);
+        let confidence = f64::from(probability);
         let label = &self.labels[best].name;
         Evidence {
             matched: self.matching.contains(label) && confidence >= self.min_confidence,

@@ -114,7 +114,7 @@ impl JailbreakSignal {
         if let Some(index) = first(text) {
             return Some((&self.names[index], "plain"));
         }
-        readings(text).into_iter().find_map(|(how, reading)| {
+        readings(text).find_map(|(how, reading)| {
             first(&reading).map(|index| (self.names[index].as_str(), how))
         })
     }

@@ -273,7 +273,6 @@ impl Signal {
             SignalKind::Metadata(signal) => signal.evaluate(headers),
             SignalKind::Projection(ProjectionOutput { projection, output }) => {
                 let outcome = projection.evaluate(earlier);
-                let names = projection.outputs();
                 Evidence {
                     matched: outcome.winner == Some(*output),
                     confidence: if outcome.winner == Some(*output) {
@@ -282,7 +281,9 @@ impl Signal {
                         1.0 - outcome.confidence
                     },
                     value: Some(outcome.score),
-                    label: outcome.winner.and_then(|w| names.get(w).cloned()),
+                    label: outcome
+                        .winner
+                        .and_then(|w| projection.outputs().get(w).cloned()),
                     error: None,
                 }
             }

@@ -33,12 +33,12 @@ enum Shape {
     Score {
         /// `(signal index, weight, reading)`.
         inputs: Vec<(usize, f64, Reading)>,
-        /// `(band name, lowest score)`, ascending.
-        bands: Vec<(String, f64)>,
+        /// Each band's lowest score, ascending (one per output).
+        lowest: Vec<f64>,
     },
     Partition {
-        /// `(signal index, member name)`.
-        members: Vec<(usize, String)>,
+        /// Each member's signal index (one per output).
+        members: Vec<usize>,
         temperature: f64,
     },
 }
@@ -48,6 +48,8 @@ enum Shape {
 pub struct Projection {
     /// Its name; outputs are `name.output`.
     pub name: String,
+    /// Output names: the bands, or the members.
+    outputs: Vec<String>,
     shape: Shape,
 }
 
@@ -95,9 +97,11 @@ impl Projection {
         if !errors.is_empty() {
             return Err(errors);
         }
+        let (outputs, lowest) = bands.into_iter().unzip();
         Ok(Self {
             name: name.to_owned(),
-            shape: Shape::Score { inputs, bands },
+            outputs,
+            shape: Shape::Score { inputs, lowest },
         })
     }
 
@@ -127,8 +131,10 @@ impl Projection {
         if !errors.is_empty() {
             return Err(errors);
         }
+        let (members, outputs) = members.into_iter().unzip();
         Ok(Self {
             name: name.to_owned(),
+            outputs,
             shape: Shape::Partition {
                 members,
                 temperature,
@@ -137,18 +143,15 @@ impl Projection {
     }
 
     /// Output names, in output order.
-    pub fn outputs(&self) -> Vec<String> {
-        match &self.shape {
-            Shape::Score { bands, .. } => bands.iter().map(|(n, _)| n.clone()).collect(),
-            Shape::Partition { members, .. } => members.iter().map(|(_, n)| n.clone()).collect(),
-        }
+    pub fn outputs(&self) -> &[String] {
+        &self.outputs
     }
 
     /// The signal indices it reads.
     pub fn inputs(&self) -> Vec<usize> {
         match &self.shape {
             Shape::Score { inputs, .. } => inputs.iter().map(|(i, _, _)| *i).collect(),
-            Shape::Partition { members, .. } => members.iter().map(|(i, _)| *i).collect(),
+            Shape::Partition { members, .. } => members.clone(),
         }
     }
 
@@ -163,7 +166,7 @@ impl Projection {
             })
         };
         match &self.shape {
-            Shape::Score { inputs, bands } => {
+            Shape::Score { inputs, lowest } => {
                 let score: f64 = inputs
                     .iter()
                     .map(|&(index, weight, reading)| {
@@ -176,7 +179,7 @@ impl Projection {
                             }
                     })
                     .sum();
-                let winner = bands.iter().rposition(|(_, lowest)| score >= *lowest);
+                let winner = lowest.iter().rposition(|bound| score >= *bound);
                 Outcome {
                     score,
                     winner,
@@ -191,7 +194,7 @@ impl Projection {
                 let competing: Vec<(usize, f64)> = members
                     .iter()
                     .enumerate()
-                    .map(|(k, (index, _))| (k, input(*index)))
+                    .map(|(k, index)| (k, input(*index)))
                     .filter(|(_, found)| found.matched)
                     .map(|(k, found)| (k, found.confidence))
                     .collect();

@@ -3,9 +3,10 @@
 //! metadata `keys` (the SHA-256 of each text) and `probe` (the encoder's probe embedding, so a
 //! different encoder never reads another's vectors).
 
+use crate::config::hex_sha256;
+use crate::inference::{f32s_from_le, f32s_to_le};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -17,12 +18,11 @@ pub struct EmbeddingCache {
 }
 
 fn key(text: &str) -> String {
-    format!("{:x}", Sha256::digest(text.as_bytes()))
+    hex_sha256(text.as_bytes())
 }
 
 fn probe_key(probe: &[f32]) -> String {
-    let bytes: Vec<u8> = probe.iter().flat_map(|v| v.to_le_bytes()).collect();
-    format!("{:x}", Sha256::digest(&bytes))
+    hex_sha256(&f32s_to_le(probe))
 }
 
 impl EmbeddingCache {
@@ -41,11 +41,7 @@ impl EmbeddingCache {
             let tensors = SafeTensors::deserialize(&bytes).ok()?;
             let view = tensors.tensor("vectors").ok()?;
             let dims = *view.shape().get(1)?;
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let values = f32s_from_le(view.data());
             Some(
                 keys.into_iter()
                     .zip(values.chunks_exact(dims).map(<[f32]>::to_vec))
@@ -75,7 +71,7 @@ impl EmbeddingCache {
         let dims = keys.first().map_or(0, |k| self.vectors[*k].len());
         let data: Vec<u8> = keys
             .iter()
-            .flat_map(|k| self.vectors[*k].iter().flat_map(|v| v.to_le_bytes()))
+            .flat_map(|k| f32s_to_le(&self.vectors[*k]))
             .collect();
         let view = TensorView::new(Dtype::F32, vec![keys.len(), dims], &data)?;
         let info: HashMap<String, String> = [

@@ -13,12 +13,11 @@ pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
 pub use metrics::Report;
 
-use crate::config::{self, Snapshot};
-use crate::inference::{EncoderHandle, Head, PROBE_TEXT};
+use crate::config::{self, hex_sha256, Snapshot};
+use crate::inference::{argmax, EncoderHandle, Head, PROBE_TEXT};
 use crate::signals::text::windows;
 use anyhow::{bail, Context};
 use cache::EmbeddingCache;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -97,7 +96,7 @@ fn embed_all(
 
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(format!("{:x}", Sha256::digest(&bytes)))
+    Ok(hex_sha256(&bytes))
 }
 
 /// Per-example class probabilities: one text, or the element-wise maximum over its windows.
@@ -107,6 +106,11 @@ fn example_probabilities(head: &Head, vectors: &[Vec<f32>]) -> Vec<f32> {
         .map(|v| head.probabilities(v))
         .reduce(|a, b| a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect())
         .unwrap_or_default()
+}
+
+/// Four decimals, as the report prints them.
+fn rounded(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
 }
 
 /// Fits a head, scores it on the held-out share, writes it, and returns the held-out report.
@@ -201,15 +205,7 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
         .iter()
         .zip(&grouped)
         .map(|(example, vectors)| {
-            let p = example_probabilities(&head, vectors);
-            let predicted = p
-                .iter()
-                .enumerate()
-                .fold(
-                    (0, f32::MIN),
-                    |b, (i, v)| if *v > b.1 { (i, *v) } else { b },
-                )
-                .0;
+            let (predicted, _) = argmax(&example_probabilities(&head, vectors));
             (index(&example.label), predicted)
         })
         .collect();
@@ -223,10 +219,12 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
         ),
         (
             "heldOut",
-            format!(
-                "{{\"accuracy\":{:.4},\"macroF1\":{:.4},\"examples\":{}}}",
-                report.accuracy, report.macro_f1, report.examples
-            ),
+            serde_json::json!({
+                "accuracy": rounded(report.accuracy),
+                "macroF1": rounded(report.macro_f1),
+                "examples": report.examples,
+            })
+            .to_string(),
         ),
     ];
     head.save(&options.out, &provenance)?;

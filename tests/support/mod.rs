@@ -42,3 +42,32 @@ pub async fn eventually<T>(
 pub fn repo() -> &'static std::path::Path {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// `explain`'s document for one chat body, run offline on `config` as the sidecar would run it.
+pub fn explain_offline(config: &str, body: &serde_json::Value) -> serde_json::Value {
+    let snapshot = mom_router::config::compile_str(config).unwrap();
+    let headers = mom_router::llm::Headers::new(vec![
+        (":method".to_owned(), "POST".to_owned()),
+        (":path".to_owned(), "/v1/chat/completions".to_owned()),
+    ]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let body = body.to_string();
+    let routed = runtime.block_on(mom_router::cli::run_offline(
+        &snapshot,
+        &headers,
+        body.as_bytes(),
+    ));
+    mom_router::cli::explain_json(&routed)
+}
+
+/// The named signal in an `explain` document.
+pub fn signal<'a>(explained: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    explained["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no signal {name} in {explained:#}"))
+}

@@ -6,6 +6,7 @@ use super::signals::{on_error_of, Models};
 use crate::config::raw::{RawClassifier, RawJailbreak};
 use crate::inference::{cosine, EncoderHandle, Head, PROBE_TEXT};
 use crate::signals::{ClassifierSignal, JailbreakSignal, SignalError, SignalKind};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Lowest probe cosine accepted between the training encoder and the configured one. The same
@@ -25,9 +26,9 @@ fn needs_encoder<'a>(
 }
 
 /// Loads `path` and checks it against the configured encoder.
-fn load_head(path: &str, encoder: &EncoderHandle, task: &str) -> Result<Arc<Head>, SignalError> {
-    let head = Head::load(&std::path::PathBuf::from(path))
-        .map_err(|e| SignalError::new("head", e.to_string()))?;
+fn load_head(path: &Path, encoder: &EncoderHandle, task: &str) -> Result<Arc<Head>, SignalError> {
+    let head = Head::load(path).map_err(|e| SignalError::new("head", e.to_string()))?;
+    let path = path.display();
     if head.task != task {
         return Err(SignalError::new(
             "head",
@@ -67,8 +68,7 @@ pub(super) fn domain<'a>(
     models: &Models,
 ) -> Result<(&'a String, SignalKind), Vec<SignalError>> {
     let encoder = needs_encoder(models, "domain")?;
-    let path = models.base.join(&raw.head);
-    let head = load_head(&path.to_string_lossy(), encoder, "domain").map_err(|e| vec![e])?;
+    let head = load_head(&models.base.join(&raw.head), encoder, "domain").map_err(|e| vec![e])?;
     let signal = ClassifierSignal::new(
         "domain",
         head,
@@ -87,7 +87,7 @@ pub(super) fn jailbreak<'a>(
         Some(file) => {
             let encoder = needs_encoder(models, "jailbreak")?;
             let path = models.base.join(file);
-            Some(load_head(&path.to_string_lossy(), encoder, "jailbreak").map_err(|e| vec![e])?)
+            Some(load_head(&path, encoder, "jailbreak").map_err(|e| vec![e])?)
         }
         None => None,
     };
