@@ -66,10 +66,12 @@ fn decisions(c: &mut Criterion) {
     for models in [3usize, 30] {
         for rules in [10usize, 100, 1000] {
             let snapshot = compile_str(&policy(rules, models)).expect("generated policy compiles");
+            let state = mom_router::state::StateStore::new(snapshot.state.clone());
             group.bench_function(format!("{rules}rules_{models}models"), |b| {
                 b.iter(|| {
                     runtime.block_on(engine::on_request_body(
                         black_box(&snapshot),
+                        &state,
                         &headers,
                         black_box(&body),
                     ))

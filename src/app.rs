@@ -6,6 +6,7 @@ use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome};
 use crate::extproc::ExtProcService;
 use crate::observability::metrics::ReloadLabels;
 use crate::observability::Metrics;
+use crate::state::StateStore;
 use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +56,8 @@ pub struct Running {
     pub store: Arc<ConfigStore>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Learned statistics and remembered runs.
+    pub state: Arc<StateStore>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -79,6 +82,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let store = Arc::new(store);
     let metrics = Arc::new(Metrics::new());
     let snapshot = store.snapshot();
+    let state = Arc::new(StateStore::new(snapshot.state.clone()));
     let grpc_listen = match &options.grpc_listen {
         Some(text) => parse_listen(text)?,
         None => snapshot.server.grpc_listen.clone(),
@@ -90,7 +94,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
 
-    let service = ExtProcService::new(store.clone(), metrics.clone()).into_server();
+    let service = ExtProcService::new(store.clone(), metrics.clone(), state.clone()).into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {
         Listen::Tcp(addr) => {
@@ -140,6 +144,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let routes = admin::router(AdminState {
         store: store.clone(),
         metrics: metrics.clone(),
+        state: state.clone(),
     });
     let signal = wait_for(stopped.clone());
     tasks.push(tokio::spawn(async move {
@@ -163,6 +168,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         admin_addr,
         store,
         metrics,
+        state,
         stop,
         tasks,
     })

@@ -3,7 +3,7 @@
 //! evaluates policy, picks a model, rewrites the request and lets Envoy route it.
 //!
 //! Layers import only downward (a test enforces it):
-//! `cli`/`app` → `extproc`/`admin`/`train` → `engine` → `config` → `signals`/`decision`/`selection`
+//! `cli`/`app` → `extproc`/`admin`/`train` → `engine` → `config` → `state` → `signals`/`decision`/`selection`
 //! → `inference` → `llm` → `observability`.
 
 pub mod admin;
@@ -18,4 +18,5 @@ pub mod llm;
 pub mod observability;
 pub mod selection;
 pub mod signals;
+pub mod state;
 pub mod train;

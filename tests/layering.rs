@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["extproc", "admin", "train"],
     &["engine"],
     &["config"],
+    &["state"],
     &["signals", "decision", "selection"],
     &["inference"],
     &["llm"],

@@ -33,6 +33,7 @@ async fn a_programming_question_without_keywords_routes_to_the_coder() {
     assert_eq!(snapshot.encoder.as_ref().unwrap().describe(), "candle cpu");
     let routed = engine::on_request_body(
         &snapshot,
+        &mom_router::state::StateStore::new(snapshot.state.clone()),
         &Headers::default(),
         &body("My program crashes with a null pointer when the list is empty, why?"),
     )
@@ -45,6 +46,7 @@ async fn a_programming_question_without_keywords_routes_to_the_coder() {
     assert!(signal.label.is_some());
     let chat = engine::on_request_body(
         &snapshot,
+        &mom_router::state::StateStore::new(snapshot.state.clone()),
         &Headers::default(),
         &body("What a lovely sunny day for a picnic!"),
     )
@@ -64,7 +66,13 @@ async fn on_error_decides_what_a_missing_embedding_means() {
         let text = semantic_config().replace("onError: no_match", &format!("onError: {policy}"));
         let mut snapshot = compile_str(&text).unwrap();
         snapshot.encoder = None; // the encoder is gone: every embedding call fails
-        let routed = engine::on_request_body(&snapshot, &Headers::default(), &question).await;
+        let routed = engine::on_request_body(
+            &snapshot,
+            &mom_router::state::StateStore::new(snapshot.state.clone()),
+            &Headers::default(),
+            &question,
+        )
+        .await;
         match (&routed.action, expect_status, expect_model) {
             (Action::Forward(forward), None, Some(model)) => {
                 assert_eq!(forward.model, model, "{policy}");
@@ -178,7 +186,13 @@ async fn exemplar_signals_label_clear_cases_as_a_person_would() {
         ("Thanks, that fixed it!", None, Some("satisfied")),
     ];
     for (text, complexity, feedback) in cases {
-        let routed = engine::on_request_body(&snapshot, &Headers::default(), &body(text)).await;
+        let routed = engine::on_request_body(
+            &snapshot,
+            &mom_router::state::StateStore::new(snapshot.state.clone()),
+            &Headers::default(),
+            &body(text),
+        )
+        .await;
         let label = |kind: &str| {
             routed
                 .trace

@@ -1,12 +1,16 @@
-//! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text) and `/config`.
+//! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text), `/config`, and
+//! `POST /v1/outcomes` (feedback for the learning algorithms).
+
+mod outcomes;
 
 use crate::config::ConfigStore;
 use crate::inference::EncoderStats;
 use crate::observability::Metrics;
+use crate::state::StateStore;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 use std::sync::atomic::Ordering;
@@ -19,6 +23,8 @@ pub struct AdminState {
     pub store: Arc<ConfigStore>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
+    /// Learned statistics and remembered runs.
+    pub state: Arc<StateStore>,
 }
 
 /// The admin routes.
@@ -28,6 +34,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/config", get(config))
+        .route("/v1/outcomes", post(outcomes::post))
         .with_state(state)
 }
 

@@ -7,6 +7,7 @@ use crate::app::{self, ServeOptions};
 use crate::config::{self, Snapshot};
 use crate::engine::{self, Action, Routed};
 use crate::llm::Headers;
+use crate::state::StateStore;
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -241,11 +242,13 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
     write_stdout(&text)
 }
 
-/// Runs both request phases as the sidecar would.
+/// Runs both request phases as the sidecar would, with no learned statistics (every model
+/// cold, every rating and posterior at its prior).
 pub async fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+    let state = StateStore::new(snapshot.state.clone());
     match engine::on_request_headers(snapshot, headers, body.is_empty()) {
         Some(routed) => routed,
-        None => engine::on_request_body(snapshot, headers, body).await,
+        None => engine::on_request_body(snapshot, &state, headers, body).await,
     }
 }
 
@@ -269,6 +272,7 @@ pub fn explain_json(routed: &Routed) -> Value {
         "confidence": trace.confidence,
         "algorithm": if trace.algorithm.is_empty() { None } else { Some(trace.algorithm) },
         "scores": trace.scores.iter().map(|(m, s)| json!({"model": m, "score": s})).collect::<Vec<_>>(),
+        "selection_reason": if trace.selection_reason.is_empty() { None } else { Some(&trace.selection_reason) },
         "model": trace.model,
         "provider_model": trace.provider_model,
         "action": routed.action.kind(),

@@ -6,11 +6,12 @@ pub mod compile;
 mod error;
 mod parse;
 pub mod raw;
+mod raw_selection;
 mod snapshot;
 mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
-pub use snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
+pub use snapshot::{Decision, DecisionVectors, Identity, Listen, Model, Pricing, Server, Snapshot};
 pub use store::{ConfigStore, ReloadOutcome};
 
 use sha2::{Digest, Sha256};

@@ -3,7 +3,7 @@
 
 use super::error::Errors;
 use super::raw::{
-    RawDecision, RawIdentity, RawInference, RawModel, RawProjection, RawServer, RawSignal,
+    RawDecision, RawIdentity, RawInference, RawModel, RawProjection, RawServer, RawSignal, RawState,
 };
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
@@ -17,6 +17,8 @@ pub struct RawConfig {
     pub server: Option<RawServer>,
     /// Neural inference settings.
     pub inference: Option<RawInference>,
+    /// Where learned state lives.
+    pub state: Option<RawState>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -36,6 +38,7 @@ const SECTIONS: &[&str] = &[
     "version",
     "server",
     "inference",
+    "state",
     "models",
     "identities",
     "signals",
@@ -56,7 +59,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, models, identities, signals, projections, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, state, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -69,6 +72,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "version" => raw.version = item(value, "version", errors),
             "server" => raw.server = item(value, "server", errors),
             "inference" => raw.inference = item(value, "inference", errors),
+            "state" => raw.state = item(value, "state", errors),
             "models" => raw.models = list(value, "models", &mut raw.broken, errors),
             "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
             "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),

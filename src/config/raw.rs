@@ -4,6 +4,11 @@
 
 use serde::Deserialize;
 
+pub use super::raw_selection::{
+    RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawRedis, RawState,
+    RawStateBackend,
+};
+
 /// Listener addresses and request limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -230,6 +235,9 @@ pub struct RawModel {
     /// Free-form capability tags (`code`, `math`, `chat`, …).
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// Declared quality, 0..=1 (e.g. a benchmark pass rate), read by `cost_aware`,
+    /// `quality_budget` and `hybrid`.
+    pub quality: Option<f64>,
 }
 
 /// Price per million input and output tokens, in the operator's currency.
@@ -475,17 +483,6 @@ pub struct RawModelRef {
 
 fn default_weight() -> f64 {
     1.0
-}
-
-/// How a decision picks among its models.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum RawAlgorithm {
-    /// The first model reference (the default).
-    #[default]
-    Static,
-    /// A deterministic weighted split keyed by the request id.
-    Weighted,
 }
 
 /// A policy rule: when its tree holds, its models serve the request.

@@ -4,7 +4,7 @@
 
 use crate::decision::{self, Rule};
 use crate::inference::{EncoderHandle, TokenClassifierHandle};
-use crate::selection::{Algorithm, Candidate};
+use crate::selection::{Algorithm, Candidate, KnnExemplar};
 use crate::signals::{Needs, Signal};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +57,8 @@ pub struct Model {
     pub pricing: Option<Pricing>,
     /// Capability tags.
     pub capabilities: Vec<String>,
+    /// Declared quality, 0..=1, when known.
+    pub quality: Option<f64>,
 }
 
 /// A model identity clients call by name.
@@ -93,6 +95,19 @@ pub struct Decision {
     pub candidates: Vec<Candidate>,
     /// How a candidate is picked.
     pub algorithm: Algorithm,
+    /// What the embedding algorithms compare the query with.
+    pub vectors: DecisionVectors,
+}
+
+/// Embedded at load for `knn`, `router_dc` and `hybrid`; empty for the other algorithms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DecisionVectors {
+    /// Labelled exemplars.
+    pub knn: Vec<KnnExemplar>,
+    /// Neighbours that vote.
+    pub knn_k: usize,
+    /// One description vector per candidate.
+    pub descriptions: Vec<Vec<f32>>,
 }
 
 impl decision::Candidate for Decision {
@@ -112,6 +127,8 @@ pub struct Snapshot {
     pub version: String,
     /// Listeners and limits.
     pub server: Server,
+    /// Where learned state lives (read at start).
+    pub state: crate::state::Settings,
     /// Concrete models.
     pub models: Vec<Model>,
     /// Identities.
@@ -122,6 +139,9 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     /// The shared sentence encoder, when `inference.encoder` is configured.
     pub encoder: Option<Arc<EncoderHandle>>,
+    /// Whether some decision's algorithm reads response latency or token counts: forwarded
+    /// responses are then observed to their end.
+    pub observe_responses: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
     pub(super) model_index: HashMap<String, usize>,

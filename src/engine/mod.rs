@@ -5,18 +5,21 @@
 
 mod error;
 mod models;
+mod select;
 mod trace;
 
 pub use error::{Fault, RouteError};
+pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use trace::Trace;
 
 use crate::config::{Identity, Model, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
-use crate::selection::{self, request_key, Algorithm};
+use crate::selection::{request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
 use crate::signals::{Input, Needs, Neural, OnError};
+use crate::state::StateStore;
 use std::sync::Arc;
 
 /// A reply mom-router sends itself instead of forwarding.
@@ -114,8 +117,14 @@ pub fn on_request_headers(
     }
 }
 
-/// Routes a complete chat-completion body.
-pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
+/// Routes a complete chat-completion body. `state` holds the statistics learning and measuring
+/// algorithms read.
+pub async fn on_request_body(
+    snapshot: &Snapshot,
+    state: &StateStore,
+    headers: &Headers,
+    body: &[u8],
+) -> Routed {
     let limit = snapshot.server.max_body_bytes;
     if body.len() as u64 > limit {
         return refusal(
@@ -132,7 +141,13 @@ pub async fn on_request_body(snapshot: &Snapshot, headers: &Headers, body: &[u8]
     };
     if let Some(identity) = snapshot.identity(&request.model) {
         let neural = neural_inputs(snapshot, identity.needs, &request).await;
-        return match route_identity(snapshot, identity, headers, &request, body, &neural) {
+        let context = Context {
+            snapshot,
+            state,
+            headers,
+            body,
+        };
+        return match route_identity(&context, identity, &request, &neural) {
             Ok((trace, model)) => forward(trace, request, &snapshot.models[model]),
             Err(error) => refusal(snapshot, error),
         };
@@ -223,15 +238,27 @@ pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequ
     }
 }
 
+/// What one request is routed against.
+struct Context<'a> {
+    snapshot: &'a Snapshot,
+    state: &'a StateStore,
+    headers: &'a Headers,
+    body: &'a [u8],
+}
+
 /// Runs the identity's signals and decisions; returns the evidence and the chosen model index.
 fn route_identity(
-    snapshot: &Snapshot,
+    context: &Context<'_>,
     identity: &Identity,
-    headers: &Headers,
     request: &ChatRequest,
-    body: &[u8],
     neural: &Neural,
 ) -> Result<(Trace, usize), RouteError> {
+    let Context {
+        snapshot,
+        state,
+        headers,
+        body,
+    } = *context;
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
     let mut values: Vec<Option<f64>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
@@ -270,7 +297,13 @@ fn route_identity(
             let key = headers
                 .get("x-request-id")
                 .map_or_else(|| request_key(body), |id| request_key(id.as_bytes()));
-            let selection = selection::select(decision.algorithm, &decision.candidates, key);
+            let query = neural
+                .embedding
+                .as_ref()
+                .and_then(|e| e.as_ref().ok())
+                .map(|v| v.as_slice());
+            let selection = select::choose(snapshot, state, decision, request, query, key);
+            trace.selection_reason = selection.reason;
             trace.decision = Some(decision.name.clone());
             trace.confidence = verdict.confidence;
             trace.algorithm = decision.algorithm.name();
@@ -284,6 +317,7 @@ fn route_identity(
         }
         None => {
             trace.algorithm = Algorithm::Static.name();
+            trace.selection_reason = "no decision matched: the identity's default model".to_owned();
             identity.default_model
         }
     };

@@ -38,6 +38,10 @@ fn chat(model: &str, text: &str) -> Vec<u8> {
         .into_bytes()
 }
 
+fn fresh() -> StateStore {
+    StateStore::new(crate::state::Settings::default())
+}
+
 fn post() -> Headers {
     Headers::new([
         (":method".to_owned(), "POST".to_owned()),
@@ -62,7 +66,13 @@ fn reply_of(routed: &Routed) -> (u16, Value) {
 #[tokio::test]
 async fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "fix my python loop")).await;
+    let routed = on_request_body(
+        &s,
+        &fresh(),
+        &post(),
+        &chat("mom/auto", "fix my python loop"),
+    )
+    .await;
     let forward = forward_of(&routed);
     assert_eq!(forward.model, "coder");
     let body: Value = serde_json::from_slice(&forward.body).unwrap();
@@ -75,7 +85,7 @@ async fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
 #[tokio::test]
 async fn no_matching_decision_uses_the_identity_default() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "hello there")).await;
+    let routed = on_request_body(&s, &fresh(), &post(), &chat("mom/auto", "hello there")).await;
     assert_eq!(forward_of(&routed).model, "small");
     assert_eq!(routed.trace.decision, None);
     assert_eq!(routed.trace.decision_label(), "none");
@@ -84,14 +94,26 @@ async fn no_matching_decision_uses_the_identity_default() {
 #[tokio::test]
 async fn higher_priority_decision_wins_when_several_match() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/auto", "in rust compute 2 + 2")).await;
+    let routed = on_request_body(
+        &s,
+        &fresh(),
+        &post(),
+        &chat("mom/auto", "in rust compute 2 + 2"),
+    )
+    .await;
     assert_eq!(routed.trace.decision.as_deref(), Some("code"));
 }
 
 #[tokio::test]
 async fn identity_only_evaluates_its_own_decisions_and_signals() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("mom/code-only", "compute 2 + 2")).await;
+    let routed = on_request_body(
+        &s,
+        &fresh(),
+        &post(),
+        &chat("mom/code-only", "compute 2 + 2"),
+    )
+    .await;
     assert_eq!(forward_of(&routed).model, "small");
     let names: Vec<&str> = routed
         .trace
@@ -118,8 +140,8 @@ async fn weighted_split_is_keyed_by_request_id() {
                 ]),
         );
         let body = chat("mom/auto", "python please");
-        let first = on_request_body(&s, &headers, &body).await;
-        let again = on_request_body(&s, &headers, &body).await;
+        let first = on_request_body(&s, &fresh(), &headers, &body).await;
+        let again = on_request_body(&s, &fresh(), &headers, &body).await;
         assert_eq!(forward_of(&first).model, forward_of(&again).model);
         assert_eq!(first.trace.algorithm, "weighted");
         picked.insert(forward_of(&first).model.clone());
@@ -133,7 +155,7 @@ async fn weighted_split_is_keyed_by_request_id() {
 #[tokio::test]
 async fn a_concrete_model_passes_through_without_policy() {
     let s = snapshot();
-    let routed = on_request_body(&s, &post(), &chat("canary", "python")).await;
+    let routed = on_request_body(&s, &fresh(), &post(), &chat("canary", "python")).await;
     let forward = forward_of(&routed);
     assert_eq!(forward.model, "canary");
     assert_eq!(forward.provider_model, "canary-v0");
@@ -144,7 +166,8 @@ async fn a_concrete_model_passes_through_without_policy() {
 #[tokio::test]
 async fn unknown_model_is_a_400_listing_every_valid_name() {
     let s = snapshot();
-    let (status, body) = reply_of(&on_request_body(&s, &post(), &chat("gpt-9", "hi")).await);
+    let (status, body) =
+        reply_of(&on_request_body(&s, &fresh(), &post(), &chat("gpt-9", "hi")).await);
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], "model_not_found");
     assert_eq!(
@@ -164,7 +187,7 @@ async fn oversize_bodies_are_refused_from_the_header_or_the_body() {
     let routed = on_request_headers(&s, &Headers::new(pairs), false).unwrap();
     assert_eq!(reply_of(&routed).0, 413);
     let big = chat("mom/auto", &"x".repeat(5000));
-    let (status, body) = reply_of(&on_request_body(&s, &post(), &big).await);
+    let (status, body) = reply_of(&on_request_body(&s, &fresh(), &post(), &big).await);
     assert_eq!(status, 413);
     assert_eq!(body["error"]["code"], "request_too_large");
 }
@@ -213,7 +236,7 @@ async fn malformed_bodies_get_openai_errors_naming_the_problem() {
         (b"\xff\xfe", "invalid_encoding"),
     ];
     for (body, code) in cases {
-        let (status, json) = reply_of(&on_request_body(&s, &post(), body).await);
+        let (status, json) = reply_of(&on_request_body(&s, &fresh(), &post(), body).await);
         assert_eq!(status, 400);
         assert_eq!(json["error"]["code"], code);
         assert_eq!(json["error"]["type"], "invalid_request_error");

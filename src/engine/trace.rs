@@ -22,6 +22,10 @@ pub struct Trace {
     pub algorithm: &'static str,
     /// Score per candidate model.
     pub scores: Vec<(String, f64)>,
+    /// Why the algorithm chose as it did, in one line.
+    pub selection_reason: String,
+    /// The id outcomes refer to, once the request was forwarded.
+    pub run_id: Option<String>,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -43,6 +47,8 @@ impl Trace {
             confidence: 1.0,
             algorithm: "",
             scores: Vec::new(),
+            selection_reason: String::new(),
+            run_id: None,
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),
@@ -68,8 +74,25 @@ impl Trace {
             headers.push(("x-mom-model", model.clone()));
             headers.push(("x-mom-algorithm", self.algorithm.to_owned()));
             headers.push(("x-mom-confidence", format!("{:.3}", self.confidence)));
+            if !self.scores.is_empty() {
+                headers.push(("x-mom-scores", self.scores_label()));
+                headers.push(("x-mom-selection-reason", self.selection_reason.clone()));
+            }
+        }
+        if let Some(run_id) = &self.run_id {
+            headers.push(("x-mom-run-id", run_id.clone()));
         }
         headers
+    }
+
+    /// `model=score` pairs, comma-separated, as the `x-mom-scores` header carries them.
+    pub fn scores_label(&self) -> String {
+        let pairs: Vec<String> = self
+            .scores
+            .iter()
+            .map(|(model, score)| format!("{model}={score:.4}"))
+            .collect();
+        pairs.join(",")
     }
 
     /// The decision name, or `none` when no decision matched.

@@ -73,6 +73,16 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
             },
         );
     }
+    if !trace.scores.is_empty() {
+        fields.insert("scores".to_owned(), string(&trace.scores_label()));
+        fields.insert(
+            "selection_reason".to_owned(),
+            string(&trace.selection_reason),
+        );
+    }
+    if let Some(run_id) = &trace.run_id {
+        fields.insert("run_id".to_owned(), string(run_id));
+    }
     if let Some(provider_model) = &trace.provider_model {
         fields.insert("provider_model".to_owned(), string(provider_model));
     }

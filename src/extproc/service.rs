@@ -4,6 +4,7 @@
 use super::stream::StreamState;
 use crate::config::ConfigStore;
 use crate::observability::Metrics;
+use crate::state::StateStore;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     external_processor_server::{ExternalProcessor, ExternalProcessorServer},
     ProcessingRequest, ProcessingResponse,
@@ -22,12 +23,17 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub struct ExtProcService {
     store: Arc<ConfigStore>,
     metrics: Arc<Metrics>,
+    state: Arc<StateStore>,
 }
 
 impl ExtProcService {
-    /// A service reading policy from `store`.
-    pub fn new(store: Arc<ConfigStore>, metrics: Arc<Metrics>) -> Self {
-        Self { store, metrics }
+    /// A service reading policy from `store` and statistics from `state`.
+    pub fn new(store: Arc<ConfigStore>, metrics: Arc<Metrics>, state: Arc<StateStore>) -> Self {
+        Self {
+            store,
+            metrics,
+            state,
+        }
     }
 
     /// The tonic server wrapper with message limits raised for buffered bodies.
@@ -58,7 +64,11 @@ impl ExternalProcessor for ExtProcService {
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let inbound = request.into_inner();
-        let state = StreamState::new(self.store.snapshot(), self.metrics.clone());
+        let state = StreamState::new(
+            self.store.snapshot(),
+            self.metrics.clone(),
+            self.state.clone(),
+        );
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
         // The response stream owns the stream state: each message from Envoy is handled when

@@ -3,11 +3,13 @@
 use super::convert;
 use crate::config::Snapshot;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
-use crate::llm::Headers;
+use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
     PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
+use crate::signals::estimate_tokens;
+use crate::state::{now_ms, Observation, Run, StateStore, Timing};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
@@ -18,6 +20,7 @@ use std::time::Instant;
 pub struct StreamState {
     snapshot: Arc<Snapshot>,
     metrics: Arc<Metrics>,
+    state: Arc<StateStore>,
     headers: Headers,
     /// Set once the request was forwarded: the evidence, the chosen model and stream flag.
     forwarded: Option<Forwarded>,
@@ -28,15 +31,19 @@ struct Forwarded {
     model: String,
     stream: bool,
     at: Instant,
-    first_chunk_seen: bool,
+    estimated_prompt_tokens: u64,
+    first_chunk: Option<Instant>,
+    /// Set while a 2xx response body is observed for latency and usage.
+    scanner: Option<UsageScanner>,
 }
 
 impl StreamState {
     /// A new stream reading one snapshot for its whole life.
-    pub fn new(snapshot: Arc<Snapshot>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(snapshot: Arc<Snapshot>, metrics: Arc<Metrics>, state: Arc<StateStore>) -> Self {
         Self {
             snapshot,
             metrics,
+            state,
             headers: Headers::default(),
             forwarded: None,
         }
@@ -50,7 +57,7 @@ impl StreamState {
             Request::RequestHeaders(h) => ("request_headers", self.on_request_headers(h)),
             Request::RequestBody(b) => ("request_body", self.on_request_body(b).await),
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
-            Request::ResponseBody(b) => ("response_body", self.on_response_body(b)),
+            Request::ResponseBody(b) => ("response_body", self.on_response_body(&b)),
             Request::RequestTrailers(_) => {
                 ("request_trailers", convert::continue_request_trailers())
             }
@@ -87,12 +94,20 @@ impl StreamState {
                 trace,
             });
         }
-        let routed = engine::on_request_body(&self.snapshot, &self.headers, &message.body).await;
-        self.finish(routed)
+        let routed =
+            engine::on_request_body(&self.snapshot, &self.state, &self.headers, &message.body)
+                .await;
+        let estimated_prompt_tokens = crate::llm::ChatRequest::parse(&message.body)
+            .map_or(0, |request| estimate_tokens(&request));
+        self.finish_with(routed, estimated_prompt_tokens)
     }
 
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
-        let Routed { action, trace } = routed;
+        self.finish_with(routed, 0)
+    }
+
+    fn finish_with(&mut self, routed: Routed, estimated_prompt_tokens: u64) -> ProcessingResponse {
+        let Routed { action, mut trace } = routed;
         for result in trace.signals.iter().filter(|r| r.error.is_some()) {
             self.metrics
                 .signal_errors
@@ -118,6 +133,16 @@ impl StreamState {
                     algorithm = trace.algorithm,
                     "routed"
                 );
+                let run_id = format!("{:032x}", rand::random::<u128>());
+                self.state.remember_run(
+                    run_id.clone(),
+                    Run {
+                        identity: trace.identity.clone().unwrap_or_default(),
+                        decision: trace.decision_label().to_owned(),
+                        model: forward.model.clone(),
+                    },
+                );
+                trace.run_id = Some(run_id);
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -125,7 +150,9 @@ impl StreamState {
                     model,
                     stream,
                     at: Instant::now(),
-                    first_chunk_seen: false,
+                    estimated_prompt_tokens,
+                    first_chunk: None,
+                    scanner: None,
                 });
                 response
             }
@@ -152,7 +179,8 @@ impl StreamState {
     fn on_response_headers(&mut self, message: HttpHeaders) -> ProcessingResponse {
         let headers = convert::headers_from(message.headers.as_ref());
         let status = headers.get(":status").unwrap_or_default();
-        let Some(forwarded) = &self.forwarded else {
+        let observe = self.snapshot.observe_responses;
+        let Some(forwarded) = &mut self.forwarded else {
             return convert::response_headers(None, false);
         };
         let class = match status.chars().next() {
@@ -166,19 +194,66 @@ impl StreamState {
                 class,
             })
             .inc();
-        let stream_body = forwarded.stream && status == "200" && !message.end_of_stream;
-        convert::response_headers(Some(&forwarded.trace), stream_body)
+        let success = status.starts_with('2');
+        if success && message.end_of_stream {
+            forwarded.first_chunk = Some(Instant::now());
+            let forwarded_at = forwarded.at;
+            self.record(forwarded_at, crate::llm::Usage::default());
+            return convert::response_headers(self.forwarded.as_ref().map(|f| &f.trace), false);
+        }
+        let watch_body = success && !message.end_of_stream && (forwarded.stream || observe);
+        if watch_body && observe {
+            forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
+        }
+        convert::response_headers(Some(&forwarded.trace), watch_body)
     }
 
-    fn on_response_body(&mut self, _message: HttpBody) -> ProcessingResponse {
+    fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
+        let mut finished = None;
         if let Some(forwarded) = &mut self.forwarded {
-            if !forwarded.first_chunk_seen {
-                forwarded.first_chunk_seen = true;
+            if forwarded.first_chunk.is_none() {
+                forwarded.first_chunk = Some(Instant::now());
                 self.metrics
                     .first_chunk_seconds
                     .observe(forwarded.at.elapsed().as_secs_f64());
             }
+            if let Some(scanner) = &mut forwarded.scanner {
+                scanner.push(&message.body);
+            }
+            if message.end_of_stream {
+                if let Some(scanner) = forwarded.scanner.take() {
+                    finished = Some((forwarded.at, scanner.finish()));
+                }
+            }
+        }
+        if let Some((at, usage)) = finished {
+            self.record(at, usage);
         }
         convert::continue_response_body()
+    }
+
+    /// Adds the finished response's timings and usage to the model's statistics.
+    fn record(&self, forwarded_at: Instant, usage: crate::llm::Usage) {
+        let Some(forwarded) = &self.forwarded else {
+            return;
+        };
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        let total_ms = ms(forwarded_at.elapsed());
+        let ttft_ms = forwarded
+            .first_chunk
+            .map_or(total_ms, |first| ms(first.duration_since(forwarded_at)));
+        self.state.observe(
+            &forwarded.model,
+            Observation {
+                timing: Timing {
+                    at_ms: now_ms(),
+                    ttft_ms,
+                    total_ms,
+                },
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                estimated_prompt_tokens: forwarded.estimated_prompt_tokens,
+            },
+        );
     }
 }

@@ -110,6 +110,15 @@ impl ChatRequest {
         Value::Object(object).to_string().into_bytes()
     }
 
+    /// The completion-token cap the client asked for (`max_completion_tokens`, else
+    /// `max_tokens`), when it is a positive integer.
+    pub fn max_tokens(&self) -> Option<u64> {
+        ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .find_map(|key| self.object.get(*key).and_then(Value::as_u64))
+            .filter(|n| *n > 0)
+    }
+
     /// The last user message's text, or empty.
     pub fn last_user_text(&self) -> &str {
         self.messages

@@ -4,6 +4,8 @@
 pub mod chat;
 pub mod error_body;
 pub mod headers;
+pub mod usage;
 
 pub use chat::{ChatRequest, Message, RequestError};
 pub use headers::Headers;
+pub use usage::{Usage, UsageScanner};

@@ -21,7 +21,7 @@ pub mod text;
 
 pub use authz::AuthzSignal;
 pub use classifier::ClassifierSignal;
-pub use conversation::{ConversationSignal, TokenRange};
+pub use conversation::{estimate_tokens, ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use exemplar::{ExemplarSignal, Label};
 pub use jailbreak::{JailbreakSignal, Windows};

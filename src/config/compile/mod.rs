@@ -2,10 +2,12 @@
 //! errors; each names its path and says what would fix it. Signals and decisions compile in
 //! [`signals`], the models they use in [`models`].
 
+mod algorithms;
 mod heads;
 mod models;
 mod projections;
 mod signals;
+mod state;
 
 use self::models::{compile_encoder, compile_ner};
 use self::signals::{compile_decisions, compile_signals, signal_name, Models};
@@ -28,6 +30,7 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 /// resolved against `base`. Loads (or reuses) the encoder when `inference.encoder` is set.
 pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> Option<Snapshot> {
     let server = compile_server(&raw, errors);
+    let state = state::compile_state(raw.state.as_ref(), errors);
     let encoder = raw
         .inference
         .as_ref()
@@ -82,7 +85,14 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         &raw.broken,
         errors,
     );
-    let decisions = compile_decisions(&raw.decisions, &model_index, &signal_index, errors);
+    let decisions = compile_decisions(
+        &raw.decisions,
+        &model_index,
+        &models,
+        &signal_index,
+        encoder.as_ref(),
+        errors,
+    );
     let identities = compile_identities(
         &raw.identities,
         &model_index,
@@ -116,16 +126,20 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     }
     let label = raw.version.unwrap_or_else(|| "unversioned".to_owned());
     let server = server?;
+    let state = state?;
     if !errors.is_empty() {
         return None;
     }
+    let decisions: Vec<Decision> = decisions.into_iter().collect::<Option<_>>()?;
     Some(Snapshot {
+        observe_responses: decisions.iter().any(|d| d.algorithm.observes_responses()),
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
+        state,
         models: models.into_iter().collect::<Option<_>>()?,
         identities: identities.into_iter().map(|(_, i)| i).collect(),
         signals: signals.into_iter().collect::<Option<_>>()?,
-        decisions: decisions.into_iter().collect::<Option<_>>()?,
+        decisions,
         encoder,
         ner: ner.map(|n| n.handle),
         model_index,
@@ -256,6 +270,15 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             );
             ok = false;
         }
+        if let Some(q) = model.quality {
+            if !(0.0..=1.0).contains(&q) {
+                errors.push(
+                    format!("{path}.quality"),
+                    format!("must be between 0 and 1, got {q}"),
+                );
+                ok = false;
+            }
+        }
         if let Some(p) = &model.pricing {
             for (field, value) in [
                 ("inputPerMillion", p.input_per_million),
@@ -280,6 +303,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
                 output_per_million: p.output_per_million,
             }),
             capabilities: model.capabilities.clone(),
+            quality: model.quality,
         }));
     }
     models
@@ -358,12 +382,16 @@ fn compile_identities(
         signals.extend(projection_needs(&signals, compiled_signals));
         signals.sort_unstable();
         signals.dedup();
-        let needs = Needs::of(
+        let mut needs = Needs::of(
             signals
                 .iter()
                 .filter_map(|&s| compiled_signals.get(s).and_then(Option::as_ref))
                 .map(|signal| &signal.kind),
         );
+        needs.embedding |= selected
+            .iter()
+            .filter_map(|&d| decisions.get(d)?.as_ref())
+            .any(|d| d.algorithm.needs_embedding());
         if let (true, Some(default_model)) = (ok, default_model) {
             identities.push((
                 *i,

@@ -1,16 +1,17 @@
 //! Signals, rules and decisions: raw entries compiled against the model and signal tables.
 
+use super::algorithms::compile_algorithm;
 use super::heads;
 use super::known_names;
 use crate::config::error::Errors;
 use crate::config::raw::{
-    RawAggregate, RawAlgorithm, RawDecision, RawExemplar, RawKeywordOperator, RawOnError, RawRule,
-    RawScope, RawSignal,
+    RawAggregate, RawDecision, RawExemplar, RawKeywordOperator, RawOnError, RawRule, RawScope,
+    RawSignal,
 };
-use crate::config::snapshot::Decision;
+use crate::config::snapshot::{Decision, Model};
 use crate::decision::Rule;
 use crate::inference::{EncoderHandle, TokenClassifierHandle};
-use crate::selection::{Algorithm, Candidate};
+use crate::selection::Candidate;
 use crate::signals::{
     exemplar_sets, Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, ExemplarSignal,
     KeywordOperator, KeywordSignal, Label, LanguageSignal, MetadataSignal, OnError, PiiSignal,
@@ -368,7 +369,9 @@ fn compile_rule(
 pub(super) fn compile_decisions(
     raw: &[(usize, RawDecision)],
     models: &HashMap<String, usize>,
+    compiled_models: &[Option<Model>],
     signals: &HashMap<String, usize>,
+    encoder: Option<&Arc<EncoderHandle>>,
     errors: &mut Errors,
 ) -> Vec<Option<Decision>> {
     let mut decisions = Vec::new();
@@ -403,18 +406,31 @@ pub(super) fn compile_decisions(
                 weight: model_ref.weight,
             });
         }
-        let algorithm = match decision.algorithm {
-            RawAlgorithm::Static => Algorithm::Static,
-            RawAlgorithm::Weighted => Algorithm::Weighted,
-        };
         let complete = candidates.len() == decision.model_refs.len() && !candidates.is_empty();
-        decisions.push(rule.filter(|_| complete).map(|rule| Decision {
+        let algorithm = complete
+            .then(|| {
+                compile_algorithm(
+                    &decision.algorithm,
+                    &path,
+                    &candidates,
+                    compiled_models,
+                    encoder,
+                    errors,
+                )
+            })
+            .flatten();
+        let Some((algorithm, vectors)) = algorithm else {
+            decisions.push(None);
+            continue;
+        };
+        decisions.push(rule.map(|rule| Decision {
             name: decision.name.clone(),
             description: decision.description.clone(),
             priority: decision.priority,
             rule,
             candidates,
             algorithm,
+            vectors,
         }));
     }
     decisions

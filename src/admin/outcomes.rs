@@ -1,0 +1,150 @@
+//! `POST /v1/outcomes`: feedback on runs, credited to the statistics the learning algorithms
+//! read. The body is one outcome object or an array of them:
+//!
+//! ```json
+//! {"run_id": "…", "reward": 0.8}          // bandit: a reward in 0..1
+//! {"run_id": "…", "thumbs": "up"}         // bandit: up = 1, down = 0
+//! {"run_id": "…", "verified": true}       // automix: the answer passed verification
+//! {"run_id": "…", "preferred_over": "…"}  // elo: this run's answer beat the other run's
+//! {"run_id": "…", "tied_with": "…"}       // elo: a draw
+//! ```
+//!
+//! Every outcome in a request is checked before any is applied; an unknown run id is a 404.
+
+use super::AdminState;
+use crate::llm::error_body::openai_error;
+use crate::state::{Outcome, OutcomeError};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+/// One outcome as the client writes it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutcome {
+    run_id: String,
+    reward: Option<f64>,
+    thumbs: Option<Thumbs>,
+    verified: Option<bool>,
+    preferred_over: Option<String>,
+    tied_with: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Thumbs {
+    Up,
+    Down,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Body {
+    One(RawOutcome),
+    Many(Vec<RawOutcome>),
+}
+
+fn error(status: StatusCode, message: &str, code: &str) -> Response {
+    let kind = if status.is_client_error() {
+        "invalid_request_error"
+    } else {
+        "server_error"
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        openai_error(message, kind, code),
+    )
+        .into_response()
+}
+
+fn outcome_of(raw: &RawOutcome, index: usize) -> Result<Outcome, String> {
+    let mut given = Vec::new();
+    if let Some(reward) = raw.reward {
+        if !(0.0..=1.0).contains(&reward) {
+            return Err(format!(
+                "[{index}].reward must be between 0 and 1, got {reward}"
+            ));
+        }
+        given.push(Outcome::Reward(reward));
+    }
+    if let Some(thumbs) = raw.thumbs {
+        given.push(Outcome::Reward(match thumbs {
+            Thumbs::Up => 1.0,
+            Thumbs::Down => 0.0,
+        }));
+    }
+    if let Some(verified) = raw.verified {
+        given.push(Outcome::Verified(verified));
+    }
+    for (other, draw) in [(&raw.preferred_over, false), (&raw.tied_with, true)] {
+        if let Some(other_run) = other {
+            given.push(Outcome::Preference {
+                other_run: other_run.clone(),
+                draw,
+            });
+        }
+    }
+    match given.len() {
+        1 => Ok(given.remove(0)),
+        0 => Err(format!(
+            "[{index}] gives no outcome; add one of reward, thumbs, verified, preferred_over, tied_with"
+        )),
+        _ => Err(format!(
+            "[{index}] gives several outcomes; send one of reward, thumbs, verified, preferred_over, tied_with per object"
+        )),
+    }
+}
+
+pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Response {
+    let parsed = match serde_json::from_slice::<Body>(&body) {
+        Ok(Body::One(one)) => vec![one],
+        Ok(Body::Many(many)) => many,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("the body must be an outcome object or an array of them: {e}"),
+                "invalid_outcome",
+            )
+        }
+    };
+    let mut outcomes = Vec::with_capacity(parsed.len());
+    for (i, raw) in parsed.iter().enumerate() {
+        match outcome_of(raw, i) {
+            Ok(outcome) => outcomes.push((raw.run_id.as_str(), outcome)),
+            Err(message) => return error(StatusCode::BAD_REQUEST, &message, "invalid_outcome"),
+        }
+    }
+    for (run_id, outcome) in &outcomes {
+        let mut ids = vec![*run_id];
+        if let Outcome::Preference { other_run, .. } = outcome {
+            ids.push(other_run);
+        }
+        for id in ids {
+            if state.state.run(id).is_none() {
+                let message = OutcomeError::UnknownRun(id.to_owned()).to_string();
+                return error(StatusCode::NOT_FOUND, &message, "unknown_run");
+            }
+        }
+    }
+    let mut applied = Vec::new();
+    for (run_id, outcome) in &outcomes {
+        match state.state.apply(run_id, outcome) {
+            Ok(run) => applied.push(json!({
+                "run_id": run_id, "identity": run.identity, "decision": run.decision,
+                "model": run.model,
+            })),
+            // The run expired between the check and now.
+            Err(e) => return error(StatusCode::NOT_FOUND, &e.to_string(), "unknown_run"),
+        }
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({ "applied": applied }).to_string(),
+    )
+        .into_response()
+}

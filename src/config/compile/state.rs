@@ -1,0 +1,80 @@
+//! The `state` section → [`Settings`].
+
+use crate::config::error::Errors;
+use crate::config::raw::{RawState, RawStateBackend};
+use crate::state::{Backend, RedisSettings, Settings};
+use std::time::Duration;
+
+pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Option<Settings> {
+    let defaults = Settings::default();
+    let Some(raw) = raw else {
+        return Some(defaults);
+    };
+    let mut ok = true;
+    let mut positive = |path: &str, value: Option<u64>| {
+        if value == Some(0) {
+            errors.push(format!("state.{path}"), "must be greater than 0");
+            ok = false;
+        }
+    };
+    positive("latencyWindow", raw.latency_window.map(|v| v as u64));
+    positive("latencyMaxAgeSeconds", raw.latency_max_age_seconds);
+    positive("runTtlSeconds", raw.run_ttl_seconds);
+    positive("maxRuns", raw.max_runs);
+    if let Some(redis) = &raw.redis {
+        positive("redis.refreshMs", redis.refresh_ms);
+        positive("redis.timeoutMs", redis.timeout_ms);
+    }
+    if let Some(k) = raw.elo_k {
+        if !k.is_finite() || k <= 0.0 {
+            errors.push("state.eloK", format!("must be a positive number, got {k}"));
+            ok = false;
+        }
+    }
+    let backend = match (raw.backend, &raw.redis) {
+        (RawStateBackend::Memory, None) => Some(Backend::Memory),
+        (RawStateBackend::Memory, Some(_)) => {
+            errors.push(
+                "state.redis",
+                "is read only with `backend: redis`; set the backend or remove this section",
+            );
+            None
+        }
+        (RawStateBackend::Redis, None) => {
+            errors.push(
+                "state.redis",
+                "`backend: redis` needs `redis: {url: redis://HOST:PORT}`",
+            );
+            None
+        }
+        (RawStateBackend::Redis, Some(redis)) => {
+            if redis.url.starts_with("redis://") || redis.url.starts_with("rediss://") {
+                Some(Backend::Redis(RedisSettings {
+                    url: redis.url.clone(),
+                    key_prefix: redis.key_prefix.clone().unwrap_or_else(|| "mom".to_owned()),
+                    refresh: Duration::from_millis(redis.refresh_ms.unwrap_or(250)),
+                    timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(100)),
+                }))
+            } else {
+                errors.push(
+                    "state.redis.url",
+                    format!("{:?} is not a redis:// or rediss:// URL", redis.url),
+                );
+                None
+            }
+        }
+    };
+    let backend = backend?;
+    ok.then(|| Settings {
+        backend,
+        latency_window: raw.latency_window.unwrap_or(defaults.latency_window),
+        latency_max_age: raw
+            .latency_max_age_seconds
+            .map_or(defaults.latency_max_age, Duration::from_secs),
+        elo_k: raw.elo_k.unwrap_or(defaults.elo_k),
+        run_ttl: raw
+            .run_ttl_seconds
+            .map_or(defaults.run_ttl, Duration::from_secs),
+        max_runs: raw.max_runs.unwrap_or(defaults.max_runs),
+    })
+}

@@ -1,0 +1,201 @@
+//! Raw settings of selection algorithms and of the state they learn from, as written in the
+//! YAML document (`decisions[].algorithm`, `state`).
+
+use serde::Deserialize;
+
+/// How a decision picks among its models. Each variant is documented with its parameters in
+/// `docs/selection.md`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum RawAlgorithm {
+    /// The first model reference (the default).
+    #[default]
+    Static,
+    /// A deterministic weighted split keyed by the request id.
+    Weighted,
+    /// The cheapest expected cost among models whose `quality` reaches the floor.
+    CostAware {
+        /// Minimum declared model quality, 0..=1.
+        quality_floor: f64,
+    },
+    /// The lowest observed latency percentile; unmeasured models are measured first.
+    LatencyAware {
+        /// `ttft` or `total` (default).
+        #[serde(default)]
+        metric: RawLatencyMetric,
+        /// Percentile, 0..=100 (default 90).
+        #[serde(default = "default_percentile")]
+        percentile: f64,
+        /// Observations needed before a model's latency counts (default 3).
+        #[serde(default = "default_min_samples")]
+        min_samples: u32,
+    },
+    /// The highest declared quality within a cost and latency budget.
+    QualityBudget {
+        /// Largest expected cost per request.
+        max_cost: Option<f64>,
+        /// Largest latency percentile in milliseconds.
+        max_latency_ms: Option<f64>,
+        /// `ttft` or `total` (default).
+        #[serde(default)]
+        metric: RawLatencyMetric,
+        /// Percentile, 0..=100 (default 90).
+        #[serde(default = "default_percentile")]
+        percentile: f64,
+    },
+    /// The highest Elo rating from pairwise preferences (`POST /v1/outcomes`).
+    Elo,
+    /// Thompson sampling on outcome rewards per decision and model.
+    Bandit,
+    /// Nearest labelled exemplars in embedding space vote for their model.
+    Knn {
+        /// Neighbours that vote (default 5).
+        #[serde(default = "default_k")]
+        k: usize,
+        /// Labelled queries.
+        exemplars: Vec<RawKnnExemplar>,
+    },
+    /// The model whose description and capabilities embed nearest the query.
+    RouterDc {
+        /// Softmax temperature (default 0.05).
+        #[serde(default = "default_temperature")]
+        temperature: f64,
+    },
+    /// The cheapest model expected to pass self-verification, else the most expensive.
+    Automix {
+        /// Minimum estimated verification probability (default 0.7).
+        #[serde(default = "default_automix_threshold")]
+        threshold: f64,
+    },
+    /// A weighted combination of the other algorithms' scores.
+    Hybrid {
+        /// Weight per component; absent components weigh 0.
+        weights: RawHybridWeights,
+        /// Neighbours that vote for the `knn` component (default 5).
+        #[serde(default = "default_k")]
+        k: usize,
+        /// Labelled queries for the `knn` component.
+        #[serde(default)]
+        exemplars: Vec<RawKnnExemplar>,
+    },
+}
+
+/// Which latency an algorithm reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawLatencyMetric {
+    /// Time to the first response chunk.
+    Ttft,
+    /// Time to the end of the response (the default).
+    #[default]
+    Total,
+}
+
+/// One labelled query for the `knn` algorithm.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawKnnExemplar {
+    /// The query text.
+    pub text: String,
+    /// The model (one of the decision's `modelRefs`) that serves it best.
+    pub model: String,
+}
+
+/// Component weights of the `hybrid` algorithm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHybridWeights {
+    /// Declared quality.
+    #[serde(default)]
+    pub quality: f64,
+    /// Expected cost (cheaper is better).
+    #[serde(default)]
+    pub cost: f64,
+    /// Observed latency (faster is better).
+    #[serde(default)]
+    pub latency: f64,
+    /// Elo rating.
+    #[serde(default)]
+    pub elo: f64,
+    /// Bandit posterior mean.
+    #[serde(default)]
+    pub bandit: f64,
+    /// Query-to-description similarity.
+    #[serde(default)]
+    pub router_dc: f64,
+    /// Nearest-exemplar vote (needs `exemplars`).
+    #[serde(default)]
+    pub knn: f64,
+}
+
+fn default_percentile() -> f64 {
+    90.0
+}
+
+fn default_min_samples() -> u32 {
+    3
+}
+
+fn default_k() -> usize {
+    5
+}
+
+fn default_temperature() -> f64 {
+    0.05
+}
+
+fn default_automix_threshold() -> f64 {
+    0.7
+}
+
+/// Where learned statistics, latency windows and run ids live (read at start; a reload does
+/// not move state).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawState {
+    /// `memory` (default: this process) or `redis` (shared by replicas).
+    #[serde(default)]
+    pub backend: RawStateBackend,
+    /// Redis connection, for `backend: redis`.
+    pub redis: Option<RawRedis>,
+    /// Latency observations kept per model (default 256).
+    pub latency_window: Option<usize>,
+    /// Seconds an observation counts (default 300).
+    pub latency_max_age_seconds: Option<u64>,
+    /// Elo step size (default 32).
+    pub elo_k: Option<f64>,
+    /// Seconds a run id can receive outcomes (default 3600).
+    pub run_ttl_seconds: Option<u64>,
+    /// Most run ids remembered (default 100000).
+    pub max_runs: Option<u64>,
+}
+
+/// Where state lives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawStateBackend {
+    /// This process.
+    #[default]
+    Memory,
+    /// A Redis server shared by every replica.
+    Redis,
+}
+
+/// A Redis server.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRedis {
+    /// `redis://HOST:PORT[/DB]`.
+    pub url: String,
+    /// Prefix of every key (default `mom`), so deployments can share a server.
+    pub key_prefix: Option<String>,
+    /// Milliseconds between refreshes of the local copy (default 250).
+    pub refresh_ms: Option<u64>,
+    /// Milliseconds a Redis command may take before the fallback counts it failed (default 100).
+    pub timeout_ms: Option<u64>,
+}

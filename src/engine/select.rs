@@ -1,0 +1,80 @@
+//! Selection inputs: what each candidate of the winning decision is known to cost, how fast it
+//! has been and what feedback it earned, read from the state store and the request, then handed
+//! to the pure algorithms in `selection`.
+
+use crate::config::{Decision, Snapshot};
+use crate::llm::ChatRequest;
+use crate::selection::{self, knn_votes, router_dc_similarities, Observed, Selection};
+use crate::signals::estimate_tokens;
+use crate::state::StateStore;
+
+/// Completion tokens assumed for a model before any response was observed, when the request
+/// sets no cap.
+pub const DEFAULT_COMPLETION_TOKENS: f64 = 256.0;
+
+/// Picks one of `decision`'s candidates. `query` is the last user message's embedding, when
+/// the identity computed one.
+pub(super) fn choose(
+    snapshot: &Snapshot,
+    state: &StateStore,
+    decision: &Decision,
+    request: &ChatRequest,
+    query: Option<&[f32]>,
+    key: u64,
+) -> Selection {
+    let algorithm = decision.algorithm;
+    let candidates = &decision.candidates;
+    if algorithm.needs_embedding() && query.is_none() {
+        let mut fallback = selection::select(selection::Algorithm::Static, candidates, &[], key);
+        fallback.reason = "query embedding unavailable: first declared model".to_owned();
+        return fallback;
+    }
+    let estimated_prompt = estimate_tokens(request) as f64;
+    let cap = request.max_tokens().map(|n| n as f64);
+    let latency = algorithm.latency();
+    let knn = match query {
+        Some(query) if !decision.vectors.knn.is_empty() => knn_votes(
+            query,
+            &decision.vectors.knn,
+            decision.vectors.knn_k,
+            candidates.len(),
+        ),
+        _ => vec![0.0; candidates.len()],
+    };
+    let similarities = match query {
+        Some(query) if !decision.vectors.descriptions.is_empty() => {
+            router_dc_similarities(query, &decision.vectors.descriptions)
+        }
+        _ => vec![0.0; candidates.len()],
+    };
+    let observed: Vec<Observed> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, candidate)| {
+            let model = &snapshot.models[candidate.model];
+            let view = state.view(&decision.name, &model.name, latency);
+            let prompt = estimated_prompt * view.prompt_ratio;
+            let completion = match (view.completion_tokens, cap) {
+                (Some(seen), Some(cap)) => seen.min(cap),
+                (Some(seen), None) => seen,
+                (None, Some(cap)) => cap,
+                (None, None) => DEFAULT_COMPLETION_TOKENS,
+            };
+            let expected_cost = model.pricing.map_or(0.0, |p| {
+                (p.input_per_million * prompt + p.output_per_million * completion) / 1e6
+            });
+            Observed {
+                quality: model.quality.unwrap_or(0.5),
+                expected_cost,
+                latency_ms: view.latency_ms,
+                latency_samples: view.latency_samples,
+                elo: view.elo,
+                reward: view.reward,
+                verified: view.verified,
+                description_similarity: similarities[i],
+                knn_vote: knn[i],
+            }
+        })
+        .collect();
+    selection::select(algorithm, candidates, &observed, key)
+}

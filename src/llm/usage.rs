@@ -1,0 +1,165 @@
+//! Token usage read from an upstream response as it passes: the `usage` object of a JSON reply,
+//! or, for server-sent events, the `usage` of the final chunk when the server sends one and the
+//! number of content-carrying chunks otherwise. Bounded: a body or line beyond the limit stops
+//! the reading (usage unknown) rather than growing memory.
+
+use serde_json::Value;
+
+/// Largest JSON body or SSE line kept for reading.
+pub const MAX_READ_BYTES: usize = 4 * 1024 * 1024;
+
+/// Tokens an upstream reported (or, for completion tokens of a stream without usage, counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: Option<u64>,
+    /// Completion tokens.
+    pub completion_tokens: Option<u64>,
+}
+
+/// Reads usage from response body chunks.
+#[derive(Debug)]
+pub struct UsageScanner {
+    sse: bool,
+    pending: Vec<u8>,
+    overflow: bool,
+    content_chunks: u64,
+    reported: Usage,
+}
+
+impl UsageScanner {
+    /// A scanner for a server-sent-events body (`sse`) or a JSON one.
+    pub fn new(sse: bool) -> Self {
+        Self {
+            sse,
+            pending: Vec::new(),
+            overflow: false,
+            content_chunks: 0,
+            reported: Usage::default(),
+        }
+    }
+
+    /// Reads one chunk.
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.overflow {
+            return;
+        }
+        self.pending.extend_from_slice(chunk);
+        if self.sse {
+            while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                self.read_event_line(&line);
+            }
+        }
+        if self.pending.len() > MAX_READ_BYTES {
+            self.overflow = true;
+            self.pending = Vec::new();
+        }
+    }
+
+    /// The usage, once the body has ended.
+    pub fn finish(mut self) -> Usage {
+        if self.overflow {
+            return Usage::default();
+        }
+        if self.sse {
+            let rest = std::mem::take(&mut self.pending);
+            self.read_event_line(&rest);
+            let counted = (self.content_chunks > 0).then_some(self.content_chunks);
+            return Usage {
+                prompt_tokens: self.reported.prompt_tokens,
+                completion_tokens: self.reported.completion_tokens.or(counted),
+            };
+        }
+        serde_json::from_slice::<Value>(&self.pending)
+            .map(|reply| usage_of(&reply))
+            .unwrap_or_default()
+    }
+
+    fn read_event_line(&mut self, line: &[u8]) {
+        let Some(data) = line.trim_ascii().strip_prefix(b"data:") else {
+            return;
+        };
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            return;
+        }
+        let Ok(event) = serde_json::from_slice::<Value>(data) else {
+            return;
+        };
+        let usage = usage_of(&event);
+        if usage.prompt_tokens.is_some() || usage.completion_tokens.is_some() {
+            self.reported = usage;
+        }
+        let has_content = event["choices"].as_array().is_some_and(|choices| {
+            choices.iter().any(|c| {
+                c["delta"]["content"]
+                    .as_str()
+                    .is_some_and(|text| !text.is_empty())
+            })
+        });
+        if has_content {
+            self.content_chunks += 1;
+        }
+    }
+}
+
+fn usage_of(reply: &Value) -> Usage {
+    Usage {
+        prompt_tokens: reply["usage"]["prompt_tokens"].as_u64(),
+        completion_tokens: reply["usage"]["completion_tokens"].as_u64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_reply_usage_is_read_across_chunks() {
+        let body = br#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34}}"#;
+        let mut scanner = UsageScanner::new(false);
+        scanner.push(&body[..20]);
+        scanner.push(&body[20..]);
+        assert_eq!(
+            scanner.finish(),
+            Usage {
+                prompt_tokens: Some(12),
+                completion_tokens: Some(34)
+            }
+        );
+    }
+
+    #[test]
+    fn stream_counts_content_chunks_unless_usage_is_reported() {
+        let events = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n\
+                      data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+                      data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\ndata: [DONE]\n\n";
+        let mut scanner = UsageScanner::new(true);
+        // Split inside an event: lines are joined before reading.
+        for piece in events.as_bytes().chunks(7) {
+            scanner.push(piece);
+        }
+        assert_eq!(scanner.finish().completion_tokens, Some(2));
+        let with_usage = format!(
+            "{events}data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":9}}}}\n\n"
+        );
+        let mut scanner = UsageScanner::new(true);
+        scanner.push(with_usage.as_bytes());
+        assert_eq!(
+            scanner.finish(),
+            Usage {
+                prompt_tokens: Some(5),
+                completion_tokens: Some(9)
+            }
+        );
+    }
+
+    #[test]
+    fn oversize_bodies_give_no_usage() {
+        let mut scanner = UsageScanner::new(false);
+        scanner.push(&vec![b' '; MAX_READ_BYTES + 1]);
+        scanner.push(br#"{"usage":{"prompt_tokens":1}}"#);
+        assert_eq!(scanner.finish(), Usage::default());
+    }
+}
