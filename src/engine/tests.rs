@@ -242,3 +242,51 @@ async fn malformed_bodies_get_openai_errors_naming_the_problem() {
         assert_eq!(json["error"]["type"], "invalid_request_error");
     }
 }
+
+#[tokio::test]
+async fn cost_aware_reads_observed_completion_lengths() {
+    let s = compile_str(
+        r#"
+models:
+  - {name: wordy-cheap-input, providerModel: a, quality: 0.5, pricing: {inputPerMillion: 1, outputPerMillion: 10}}
+  - {name: cheap-output, providerModel: b, quality: 0.5, pricing: {inputPerMillion: 5, outputPerMillion: 2}}
+identities:
+  - {name: mom/auto, defaultModel: cheap-output}
+signals:
+  - {name: anything, type: context_length, minTokens: 0}
+decisions:
+  - name: pick
+    rules: {signal: anything}
+    modelRefs: [{model: wordy-cheap-input}, {model: cheap-output}]
+    algorithm: {type: cost_aware, qualityFloor: 0.5}
+"#,
+    )
+    .unwrap();
+    let state = fresh();
+    let body = chat("mom/auto", "summarise this");
+    // Unobserved, both are assumed to write 256 tokens: output price decides.
+    let cold = on_request_body(&s, &state, &post(), &body).await;
+    assert_eq!(forward_of(&cold).model, "cheap-output");
+    // wordy-cheap-input turns out to answer in two tokens: now its cheap input wins.
+    for _ in 0..3 {
+        state.observe(
+            "wordy-cheap-input",
+            crate::state::Observation {
+                timing: crate::state::Timing {
+                    at_ms: crate::state::now_ms(),
+                    ttft_ms: 5.0,
+                    total_ms: 9.0,
+                },
+                prompt_tokens: Some(4),
+                completion_tokens: Some(2),
+                estimated_prompt_tokens: 4,
+            },
+        );
+    }
+    let warm = on_request_body(&s, &state, &post(), &body).await;
+    assert_eq!(forward_of(&warm).model, "wordy-cheap-input");
+    assert!(warm
+        .trace
+        .selection_reason
+        .starts_with("cheapest expected cost"));
+}

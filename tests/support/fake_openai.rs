@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub struct FakeBackend {
     pub chunk_pause: Duration,
     /// Every chat request received, in order.
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Milliseconds to wait before answering a chat request (settable while serving).
+    pub delay_ms: Arc<AtomicU64>,
 }
 
 impl FakeBackend {
@@ -39,6 +42,7 @@ impl FakeBackend {
             name: name.to_owned(),
             chunk_pause: Duration::from_millis(150),
             seen: Arc::new(Mutex::new(Vec::new())),
+            delay_ms: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -73,6 +77,10 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
             headers: pairs,
             body: body.clone(),
         });
+    }
+    let delay = backend.delay_ms.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "fake backend: body is not JSON").into_response();

@@ -28,6 +28,14 @@ pub(super) fn compile_algorithm(
     errors: &mut Errors,
 ) -> Option<(Algorithm, DecisionVectors)> {
     let path = format!("{path}.algorithm");
+    if candidates
+        .iter()
+        .any(|c| models.get(c.model).is_none_or(Option::is_none))
+    {
+        // A model reference is broken and already reported; checking the algorithm against
+        // it would only add misleading errors.
+        return None;
+    }
     let unit = |field: &str, value: f64, errors: &mut Errors| {
         let ok = (0.0..=1.0).contains(&value);
         if !ok {
