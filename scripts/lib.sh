@@ -43,6 +43,20 @@ fetch_wheel() {
   echo "$dir/$file"
 }
 
+# install_redis: makes sure redis-server is on PATH (Debian's package; the shared-state tests
+# start their own server on a free loopback port) and exports MOM_REDIS_BIN.
+install_redis() {
+  if ! command -v redis-server >/dev/null; then
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    say "installing redis-server from Debian's packages"
+    $sudo apt-get install -y -q redis-server >/dev/null \
+      || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q redis-server >/dev/null; } \
+      || die "cannot install redis-server; install it (apt-get install redis-server) or set MOM_REDIS_BIN"
+  fi
+  export MOM_REDIS_BIN="${MOM_REDIS_BIN:-$(command -v redis-server)}"
+}
+
 # install_envoy: puts the Envoy binary at .cache/envoy/envoy and exports MOM_ENVOY_BIN.
 install_envoy() {
   local bin="$MOM_CACHE/envoy/envoy"

@@ -41,6 +41,9 @@ pub enum AppError {
     /// The loading task did not finish.
     #[error("start-up failed: {0}")]
     Startup(String),
+    /// Shared state could not start.
+    #[error("{0}")]
+    State(#[from] crate::state::StateError),
     /// A listener could not be bound.
     #[error("cannot listen on {0}: {1}")]
     Bind(String, std::io::Error),
@@ -82,7 +85,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let store = Arc::new(store);
     let metrics = Arc::new(Metrics::new());
     let snapshot = store.snapshot();
-    let state = Arc::new(StateStore::new(snapshot.state.clone()));
+
     let grpc_listen = match &options.grpc_listen {
         Some(text) => parse_listen(text)?,
         None => snapshot.server.grpc_listen.clone(),
@@ -93,6 +96,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     };
     let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
+    let (state, state_tasks) = StateStore::start(
+        snapshot.state.clone(),
+        metrics.state_fallbacks.clone(),
+        stopped.clone(),
+    )?;
+    tasks.extend(state_tasks);
 
     let service = ExtProcService::new(store.clone(), metrics.clone(), state.clone()).into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);

@@ -13,6 +13,7 @@
 
 use super::AdminState;
 use crate::llm::error_body::openai_error;
+use crate::observability::metrics::OutcomeLabels;
 use crate::state::{Outcome, OutcomeError};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -124,7 +125,7 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
             ids.push(other_run);
         }
         for id in ids {
-            if state.state.run(id).is_none() {
+            if state.state.find_run(id).await.is_none() {
                 let message = OutcomeError::UnknownRun(id.to_owned()).to_string();
                 return error(StatusCode::NOT_FOUND, &message, "unknown_run");
             }
@@ -132,11 +133,23 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
     }
     let mut applied = Vec::new();
     for (run_id, outcome) in &outcomes {
-        match state.state.apply(run_id, outcome) {
-            Ok(run) => applied.push(json!({
+        match state.state.apply(run_id, outcome).await {
+            Ok(run) => {
+                let kind = match outcome {
+                    Outcome::Reward(_) => "reward",
+                    Outcome::Verified(_) => "verified",
+                    Outcome::Preference { .. } => "preference",
+                };
+                state
+                    .metrics
+                    .outcomes
+                    .get_or_create(&OutcomeLabels { kind })
+                    .inc();
+                applied.push(json!({
                 "run_id": run_id, "identity": run.identity, "decision": run.decision,
                 "model": run.model,
-            })),
+                }));
+            }
             // The run expired between the check and now.
             Err(e) => return error(StatusCode::NOT_FOUND, &e.to_string(), "unknown_run"),
         }

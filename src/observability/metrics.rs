@@ -58,6 +58,20 @@ pub struct StatusLabels {
     pub class: String,
 }
 
+/// Labels of a shared-state operation that fell back to this process's copy.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// `write`, `refresh`, `run_lookup` or `queue_full`.
+    pub operation: &'static str,
+}
+
+/// Labels of an outcome credited through `POST /v1/outcomes`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `reward`, `verified` or `preference`.
+    pub kind: &'static str,
+}
+
 /// The registry and every metric in it.
 #[derive(Debug)]
 pub struct Metrics {
@@ -80,6 +94,10 @@ pub struct Metrics {
     pub stream_errors: Counter,
     /// Neural signals that had no answer (encoder overloaded or failed), by signal.
     pub signal_errors: Family<SignalLabels, Counter>,
+    /// Shared-state operations that failed and fell back to the local copy.
+    pub state_fallbacks: Family<StateLabels, Counter>,
+    /// Outcomes credited.
+    pub outcomes: Family<OutcomeLabels, Counter>,
 }
 
 fn phase_histogram() -> Histogram {
@@ -145,9 +163,23 @@ impl Metrics {
             "Neural signal evaluations without a model answer (overload, failure), by signal",
             signal_errors.clone(),
         );
+        let state_fallbacks = Family::<StateLabels, Counter>::default();
+        registry.register(
+            "state_fallbacks",
+            "Shared-state (Redis) operations that failed; the local copy served instead",
+            state_fallbacks.clone(),
+        );
+        let outcomes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "outcomes",
+            "Outcomes credited through POST /v1/outcomes",
+            outcomes.clone(),
+        );
         Self {
             registry,
             signal_errors,
+            state_fallbacks,
+            outcomes,
             routed,
             replied,
             phase_seconds,

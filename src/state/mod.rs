@@ -9,6 +9,7 @@
 //! copy with Redis's merged view, so every replica reads what all of them learned.
 
 mod outcome;
+mod redis;
 mod stats;
 mod window;
 
@@ -16,10 +17,16 @@ pub use outcome::{Outcome, OutcomeError};
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 
+use self::redis::{RedisTier, Write};
+use crate::observability::metrics::StateLabels;
 use crate::selection::LatencyMetric;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use stats::Stats;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// Where shared state lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,11 +91,20 @@ pub struct Run {
     pub model: String,
 }
 
+/// Why shared state could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The Redis URL was refused by the client.
+    #[error("state.redis.url: {0}")]
+    Redis(String),
+}
+
 /// The state store.
 pub struct StateStore {
     settings: Settings,
     stats: Mutex<Stats>,
     runs: moka::sync::Cache<String, Run>,
+    redis: Option<RedisTier>,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -100,7 +116,7 @@ impl std::fmt::Debug for StateStore {
 }
 
 impl StateStore {
-    /// A store in this process.
+    /// A store in this process only, whatever `settings.backend` says (`explain`, tests).
     pub fn new(settings: Settings) -> Self {
         let runs = moka::sync::Cache::builder()
             .max_capacity(settings.max_runs)
@@ -110,7 +126,62 @@ impl StateStore {
             settings,
             stats: Mutex::new(Stats::default()),
             runs,
+            redis: None,
         }
+    }
+
+    /// The store `serve` runs: with `backend: redis`, connected (lazily: start-up never waits
+    /// for Redis) with its writer and refresher tasks running until `stop`. Failed Redis
+    /// operations are counted in `fallbacks`.
+    pub fn start(
+        settings: Settings,
+        fallbacks: Family<StateLabels, Counter>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<(Arc<Self>, Vec<JoinHandle<()>>), StateError> {
+        let Backend::Redis(redis) = settings.backend.clone() else {
+            return Ok((Arc::new(Self::new(settings)), Vec::new()));
+        };
+        let (tier, queue) =
+            RedisTier::connect(&redis, fallbacks).map_err(|e| StateError::Redis(e.to_string()))?;
+        let mut store = Self::new(settings);
+        store.redis = Some(tier);
+        let store = Arc::new(store);
+        let window = store.settings.latency_window;
+        let writer = {
+            let store = store.clone();
+            let mut stopped = stop.clone();
+            tokio::spawn(async move {
+                if let Some(tier) = &store.redis {
+                    tokio::select! {
+                        () = tier.write_loop(queue, window) => {}
+                        _ = stopped.wait_for(|s| *s) => {}
+                    }
+                }
+            })
+        };
+        let refresher = {
+            let store = store.clone();
+            let mut stopped = stop;
+            tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(redis.refresh);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = ticker.tick() => {}
+                        _ = stopped.wait_for(|s| *s) => return,
+                    }
+                    if let Some(tier) = &store.redis {
+                        tier.refresh(&store.stats, window).await;
+                    }
+                }
+            })
+        };
+        Ok((store, vec![writer, refresher]))
+    }
+
+    /// Whether state is shared through Redis.
+    pub fn shared(&self) -> bool {
+        self.redis.is_some()
     }
 
     /// The settings the store runs with.
@@ -141,32 +212,53 @@ impl StateStore {
     pub fn observe(&self, model: &str, observation: Observation) {
         let capacity = self.settings.latency_window;
         self.with_stats(|stats| stats.observe(model, observation, capacity));
+        if let Some(redis) = &self.redis {
+            redis.queue(Write::Observe(model.to_owned(), observation));
+        }
     }
 
-    /// Remembers a forwarded request so outcomes can refer to it.
+    /// Remembers a forwarded request so outcomes can refer to it (on any replica, when shared).
     pub fn remember_run(&self, id: String, run: Run) {
+        if let Some(redis) = &self.redis {
+            redis.queue(Write::Run(id.clone(), run.clone(), self.settings.run_ttl));
+        }
         self.runs.insert(id, run);
     }
 
-    /// The run with this id, while it is remembered.
-    pub fn run(&self, id: &str) -> Option<Run> {
-        self.runs.get(id)
+    /// The run with this id, while it is remembered here or, when shared, by any replica.
+    pub async fn find_run(&self, id: &str) -> Option<Run> {
+        if let Some(run) = self.runs.get(id) {
+            return Some(run);
+        }
+        let run = self.redis.as_ref()?.find_run(id).await?;
+        self.runs.insert(id.to_owned(), run.clone());
+        Some(run)
     }
 
     /// Credits an outcome to the run `id`; returns the run it was credited to.
-    pub fn apply(&self, id: &str, outcome: &Outcome) -> Result<Run, OutcomeError> {
+    pub async fn apply(&self, id: &str, outcome: &Outcome) -> Result<Run, OutcomeError> {
         let run = self
-            .run(id)
+            .find_run(id)
+            .await
             .ok_or_else(|| OutcomeError::UnknownRun(id.to_owned()))?;
         let other = match outcome {
             Outcome::Preference { other_run, .. } => Some(
-                self.run(other_run)
+                self.find_run(other_run)
+                    .await
                     .ok_or_else(|| OutcomeError::UnknownRun(other_run.clone()))?,
             ),
             _ => None,
         };
         let k = self.settings.elo_k;
         self.with_stats(|stats| stats.apply(&run, other.as_ref(), outcome, k));
+        if let Some(redis) = &self.redis {
+            redis.queue(Write::Outcome {
+                run: run.clone(),
+                other,
+                outcome: outcome.clone(),
+                elo_k: k,
+            });
+        }
         Ok(run)
     }
 }

@@ -70,7 +70,67 @@ pub(super) struct Stats {
     pairs: HashMap<(String, String), PairStats>,
 }
 
+/// Token sums of one model, as shared state stores them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct TokenSums {
+    pub prompt_ratio_sum: f64,
+    pub prompt_ratio_count: u64,
+    pub completion_sum: f64,
+    pub completion_count: u64,
+}
+
+/// Which posterior of a decision × model pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Posterior {
+    Reward,
+    Verified,
+}
+
 impl Stats {
+    /// Replaces one model's timings (from shared state).
+    pub(super) fn set_timings(&mut self, model: &str, timings: Vec<Timing>, capacity: usize) {
+        let stats = self.models.entry(model.to_owned()).or_default();
+        stats.window = Window::default();
+        for timing in timings {
+            stats.window.push(timing, capacity);
+        }
+    }
+
+    /// Replaces one model's token sums (from shared state).
+    pub(super) fn set_tokens(&mut self, model: &str, sums: TokenSums) {
+        let stats = self.models.entry(model.to_owned()).or_default();
+        stats.prompt_ratio_sum = sums.prompt_ratio_sum;
+        stats.prompt_ratio_count = sums.prompt_ratio_count;
+        stats.completion_sum = sums.completion_sum;
+        stats.completion_count = sums.completion_count;
+    }
+
+    /// Replaces one pair's rating (from shared state).
+    pub(super) fn set_elo(&mut self, decision: &str, model: &str, elo: f64) {
+        self.pair(decision, model).elo = elo;
+    }
+
+    /// Replaces one pair's posterior counts (from shared state).
+    pub(super) fn set_posterior(
+        &mut self,
+        decision: &str,
+        model: &str,
+        which: Posterior,
+        counts: (f64, f64),
+    ) {
+        let pair = self.pair(decision, model);
+        match which {
+            Posterior::Reward => pair.rewards = counts,
+            Posterior::Verified => pair.verified = counts,
+        }
+    }
+
+    fn pair(&mut self, decision: &str, model: &str) -> &mut PairStats {
+        self.pairs
+            .entry((decision.to_owned(), model.to_owned()))
+            .or_default()
+    }
+
     pub(super) fn view(
         &self,
         decision: &str,

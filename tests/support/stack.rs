@@ -13,6 +13,7 @@ use std::time::Duration;
 /// How the sidecar runs in a stack.
 enum Mode<'a> {
     Tcp(&'a str),
+    Replicas(&'a str),
     Unix(&'a str, &'a Path),
     Down,
 }
@@ -23,6 +24,8 @@ pub struct Stack {
     pub envoy: Envoy,
     /// The sidecar, unless the stack runs without one.
     pub sidecar: Option<Sidecar>,
+    /// A second sidecar replica behind the same Envoy, when started with replicas.
+    pub replica: Option<Sidecar>,
     /// The FAKE backends by model name.
     pub backends: HashMap<&'static str, FakeBackend>,
     /// A client for the public listener.
@@ -44,6 +47,12 @@ impl Stack {
     /// The quickstart policy with the sidecar on a Unix socket.
     pub async fn start_on_unix_socket(socket: &Path) -> Self {
         Self::start_mode(Mode::Unix(&quickstart_config(), socket)).await
+    }
+
+    /// Two sidecar replicas with the same policy behind one Envoy, which balances ext_proc
+    /// streams between them round robin.
+    pub async fn start_replicas(config: &str) -> Self {
+        Self::start_mode(Mode::Replicas(config)).await
     }
 
     /// Envoy and backends with no sidecar listening.
@@ -68,11 +77,23 @@ impl Stack {
         for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
             ports.insert(fixed, free_port());
         }
+        let mut replica = None;
         let (sidecar, envoy) = match mode {
             Mode::Tcp(config) => {
                 let sidecar = Sidecar::start(config, 0).await;
                 ports.insert(envoy::SIDECAR, sidecar.grpc_port());
                 (Some(sidecar), Envoy::start(ports).await)
+            }
+            Mode::Replicas(config) => {
+                let first = Sidecar::start(config, 0).await;
+                let second = Sidecar::start(config, 0).await;
+                ports.insert(envoy::SIDECAR, first.grpc_port());
+                ports.insert(envoy::SIDECAR + 1, second.grpc_port());
+                let one = "port_value: 50051 } } } }] }]";
+                let two = "port_value: 50051 } } } }, { endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 50052 } } } }] }]";
+                let envoy = Envoy::start_edited(ports, &[(one, two)]).await;
+                replica = Some(second);
+                (Some(first), envoy)
             }
             Mode::Unix(config, socket) => {
                 let sidecar =
@@ -93,6 +114,7 @@ impl Stack {
         Self {
             envoy,
             sidecar,
+            replica,
             backends,
             client: reqwest::Client::new(),
             _servers: servers,
