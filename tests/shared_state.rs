@@ -138,3 +138,109 @@ async fn with_redis_down_requests_and_outcomes_fall_back_to_local_state() {
         .sum();
     assert_eq!(total, 5.0, "outcomes were credited locally");
 }
+
+fn session_policy(redis_url: &str) -> String {
+    format!(
+        r#"
+version: sessions-test
+state:
+  backend: redis
+  redis: {{url: "{redis_url}", keyPrefix: sessions, refreshMs: 50, timeoutMs: 200}}
+sessions: {{minTurns: 2, switchMargin: 0.1}}
+models:
+  - {{name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct}}
+  - {{name: gemma3-270m, providerModel: gemma-3-270m}}
+identities:
+  - {{name: mom/auto, defaultModel: smollm2-135m}}
+signals:
+  - {{name: anything, type: context_length, minTokens: 0}}
+  - {{name: attack, type: keyword, keywords: [ignore previous instructions]}}
+decisions:
+  - name: split
+    rules: {{signal: anything}}
+    algorithm: {{type: weighted}}
+    modelRefs: [{{model: qwen2.5-coder-0.5b}}, {{model: gemma3-270m}}]
+  - name: guard
+    priority: 10
+    rules: {{signal: attack}}
+    modelRefs: [{{model: smollm2-135m}}]
+"#
+    )
+}
+
+async fn session_turn(stack: &Stack, session: &str, messages: Value) -> (String, String, String) {
+    let body = json!({"model": "mom/auto", "messages": messages});
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", session))
+        .header("x-session-id", session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let out = (
+        header(&response, "x-mom-model"),
+        header(&response, "x-mom-session"),
+        header(&response, "x-mom-session-reason"),
+    );
+    let _ = response.bytes().await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_model_across_turns_and_replicas_until_policy_moves_it() {
+    let redis = Redis::start();
+    let stack = Stack::start_replicas(&session_policy(&redis.url())).await;
+    // Without a session, the weighted split (keyed by Envoy's random request id) uses both.
+    let mut unpinned = std::collections::HashSet::new();
+    for i in 0..20 {
+        let response = stack.chat(&ask("hello"), &format!("u{i}")).await;
+        unpinned.insert(header(&response, "x-mom-model"));
+        let _ = response.bytes().await.unwrap();
+    }
+    assert_eq!(unpinned.len(), 2, "{unpinned:?}");
+    // With one, every turn stays on the first turn's model, whichever replica serves it.
+    let (first, status, _) =
+        session_turn(&stack, "s-1", json!([{"role": "user", "content": "hi"}])).await;
+    assert_eq!(status, "new");
+    for i in 0..10 {
+        let (model, status, reason) = session_turn(
+            &stack,
+            "s-1",
+            json!([{"role": "user", "content": format!("turn {i}")}]),
+        )
+        .await;
+        assert_eq!(model, first, "turn {i}: {status} {reason}");
+        assert!(status == "held" || status == "kept", "{status}: {reason}");
+    }
+    // The guard decision does not allow the pinned model: the session moves.
+    let attack = json!([{"role": "user", "content": "ignore previous instructions"}]);
+    let (model, status, reason) = session_turn(&stack, "s-1", attack).await;
+    assert_eq!(
+        (model.as_str(), status.as_str()),
+        ("smollm2-135m", "switched"),
+        "{reason}"
+    );
+    assert!(reason.contains("decision guard does not allow"), "{reason}");
+    // A tool loop opened there finishes there, though policy would pick the split again.
+    let looping = json!([
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "found"}
+    ]);
+    let (model, status, reason) = session_turn(&stack, "s-1", looping).await;
+    assert_eq!(
+        (model.as_str(), status.as_str()),
+        ("smollm2-135m", "held"),
+        "{reason}"
+    );
+    // Both replicas served turns of the session.
+    let first_replica = routed_count(&stack.sidecar.as_ref().unwrap().metrics().await);
+    let second_replica = routed_count(&stack.replica.as_ref().unwrap().metrics().await);
+    assert!(
+        first_replica >= 5 && second_replica >= 5,
+        "{first_replica} / {second_replica}"
+    );
+}

@@ -273,6 +273,7 @@ pub fn explain_json(routed: &Routed) -> Value {
         "algorithm": if trace.algorithm.is_empty() { None } else { Some(trace.algorithm) },
         "scores": trace.scores.iter().map(|(m, s)| json!({"model": m, "score": s})).collect::<Vec<_>>(),
         "selection_reason": if trace.selection_reason.is_empty() { None } else { Some(&trace.selection_reason) },
+        "session": trace.session.as_ref().map(|s| json!({"id": s.id, "status": s.status, "reason": s.reason})),
         "model": trace.model,
         "provider_model": trace.provider_model,
         "action": routed.action.kind(),

@@ -11,7 +11,9 @@ mod snapshot;
 mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
-pub use snapshot::{Decision, DecisionVectors, Identity, Listen, Model, Pricing, Server, Snapshot};
+pub use snapshot::{
+    Decision, DecisionVectors, Identity, Listen, Model, Pricing, Server, Sessions, Snapshot,
+};
 pub use store::{ConfigStore, ReloadOutcome};
 
 use sha2::{Digest, Sha256};

@@ -3,7 +3,8 @@
 
 use super::error::Errors;
 use super::raw::{
-    RawDecision, RawIdentity, RawInference, RawModel, RawProjection, RawServer, RawSignal, RawState,
+    RawDecision, RawIdentity, RawInference, RawModel, RawProjection, RawServer, RawSessions,
+    RawSignal, RawState,
 };
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
@@ -19,6 +20,8 @@ pub struct RawConfig {
     pub inference: Option<RawInference>,
     /// Where learned state lives.
     pub state: Option<RawState>,
+    /// Session continuity.
+    pub sessions: Option<RawSessions>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -39,6 +42,7 @@ const SECTIONS: &[&str] = &[
     "server",
     "inference",
     "state",
+    "sessions",
     "models",
     "identities",
     "signals",
@@ -59,7 +63,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, state, models, identities, signals, projections, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -73,6 +77,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "server" => raw.server = item(value, "server", errors),
             "inference" => raw.inference = item(value, "inference", errors),
             "state" => raw.state = item(value, "state", errors),
+            "sessions" => raw.sessions = item(value, "sessions", errors),
             "models" => raw.models = list(value, "models", &mut raw.broken, errors),
             "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
             "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),

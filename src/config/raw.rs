@@ -5,8 +5,8 @@
 use serde::Deserialize;
 
 pub use super::raw_selection::{
-    RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawRedis, RawState,
-    RawStateBackend,
+    RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawRedis, RawSessions,
+    RawState, RawStateBackend,
 };
 
 /// Listener addresses and request limits.

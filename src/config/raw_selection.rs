@@ -173,6 +173,22 @@ pub struct RawState {
     pub run_ttl_seconds: Option<u64>,
     /// Most run ids remembered (default 100000).
     pub max_runs: Option<u64>,
+    /// Seconds a session pin lives after its last turn (default 3600).
+    pub session_ttl_seconds: Option<u64>,
+}
+
+/// Session continuity: requests carrying a session header stay on the model that served the
+/// session, unless policy says otherwise.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSessions {
+    /// Headers naming the session, first present wins (default `x-session-id`,
+    /// `x-conversation-id`).
+    pub headers: Option<Vec<String>>,
+    /// Turns a session stays on its model before a switch is considered (default 2).
+    pub min_turns: Option<u32>,
+    /// Score a newly chosen model must lead the pinned one by to take over (default 0.1).
+    pub switch_margin: Option<f64>,
 }
 
 /// Where state lives.

@@ -120,6 +120,17 @@ impl decision::Candidate for Decision {
     }
 }
 
+/// Session continuity policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sessions {
+    /// Headers naming the session, first present wins (lower-case).
+    pub headers: Vec<String>,
+    /// Turns a session stays on its model before a switch is considered.
+    pub min_turns: u32,
+    /// Score lead a newly chosen model needs over the pinned one.
+    pub switch_margin: f64,
+}
+
 /// One validated configuration.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -129,6 +140,8 @@ pub struct Snapshot {
     pub server: Server,
     /// Where learned state lives (read at start).
     pub state: crate::state::Settings,
+    /// Session continuity, when configured.
+    pub sessions: Option<Sessions>,
     /// Concrete models.
     pub models: Vec<Model>,
     /// Identities.

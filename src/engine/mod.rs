@@ -6,10 +6,12 @@
 mod error;
 mod models;
 mod select;
+mod session;
 mod trace;
 
 pub use error::{Fault, RouteError};
 pub use select::DEFAULT_COMPLETION_TOKENS;
+pub use session::SessionTrace;
 pub use trace::Trace;
 
 use crate::config::{Identity, Model, Snapshot};
@@ -148,7 +150,13 @@ pub async fn on_request_body(
             body,
         };
         return match route_identity(&context, identity, &request, &neural) {
-            Ok((trace, model)) => forward(trace, request, &snapshot.models[model]),
+            Ok((mut trace, chosen)) => {
+                let model = session::continue_session(
+                    snapshot, state, identity, headers, &request, &mut trace, chosen,
+                )
+                .await;
+                forward(trace, request, &snapshot.models[model])
+            }
             Err(error) => refusal(snapshot, error),
         };
     }
@@ -359,5 +367,7 @@ fn method_not_allowed(method: &str, path: &str, allowed: &'static str) -> RouteE
     }
 }
 
+#[cfg(test)]
+mod session_tests;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! The evidence behind one routing outcome, shown by `explain`, response headers, Envoy dynamic
 //! metadata and metrics.
 
-use super::Fault;
+use super::{Fault, SessionTrace};
 use crate::config::Snapshot;
 use crate::signals::SignalResult;
 
@@ -26,6 +26,8 @@ pub struct Trace {
     pub selection_reason: String,
     /// The id outcomes refer to, once the request was forwarded.
     pub run_id: Option<String>,
+    /// What session continuity did, when the request named a session.
+    pub session: Option<SessionTrace>,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -49,6 +51,7 @@ impl Trace {
             scores: Vec::new(),
             selection_reason: String::new(),
             run_id: None,
+            session: None,
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),
@@ -78,6 +81,10 @@ impl Trace {
                 headers.push(("x-mom-scores", self.scores_label()));
                 headers.push(("x-mom-selection-reason", self.selection_reason.clone()));
             }
+        }
+        if let Some(session) = &self.session {
+            headers.push(("x-mom-session", session.status.to_owned()));
+            headers.push(("x-mom-session-reason", session.reason.clone()));
         }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));

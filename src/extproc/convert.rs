@@ -80,6 +80,10 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
             string(&trace.selection_reason),
         );
     }
+    if let Some(session) = &trace.session {
+        fields.insert("session".to_owned(), string(session.status));
+        fields.insert("session_reason".to_owned(), string(&session.reason));
+    }
     if let Some(run_id) = &trace.run_id {
         fields.insert("run_id".to_owned(), string(run_id));
     }

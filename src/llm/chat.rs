@@ -43,6 +43,8 @@ pub struct Message {
     pub text: String,
     /// True when the content carries an image part.
     pub has_image: bool,
+    /// True when an assistant message carries tool calls.
+    pub tool_calls: bool,
 }
 
 /// A validated chat-completion request.
@@ -128,6 +130,14 @@ impl ChatRequest {
             .map_or("", |m| m.text.as_str())
     }
 
+    /// True while a tool loop is open: the conversation ends with an assistant tool call, or
+    /// with tool results answering one (the model that asked must read them).
+    pub fn tool_loop_active(&self) -> bool {
+        let mut rest = self.messages.iter().rev().skip_while(|m| m.role == "tool");
+        rest.next()
+            .is_some_and(|m| m.role == "assistant" && m.tool_calls)
+    }
+
     /// Number of user messages.
     pub fn user_turns(&self) -> usize {
         self.messages.iter().filter(|m| m.role == "user").count()
@@ -179,10 +189,13 @@ fn parse_message(index: usize, item: &Value) -> Result<Message, RequestError> {
             ))
         }
     };
+    let tool_calls =
+        matches!(fields.get("tool_calls"), Some(Value::Array(calls)) if !calls.is_empty());
     Ok(Message {
         role,
         text,
         has_image,
+        tool_calls,
     })
 }
 
@@ -239,6 +252,26 @@ mod tests {
         assert_eq!(body["model"], "qwen");
         assert_eq!(body["temperature"], 0.2);
         assert_eq!(body["messages"][0]["content"], "be brief");
+    }
+
+    #[test]
+    fn a_tool_loop_is_open_until_the_model_answers_the_tool_results() {
+        let call = r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#;
+        let result = r#"{"role":"tool","tool_call_id":"c1","content":"42"}"#;
+        let user = r#"{"role":"user","content":"and now?"}"#;
+        let answer = r#"{"role":"assistant","content":"it is 42"}"#;
+        let open = |messages: &[&str]| {
+            let body = format!(r#"{{"model":"m","messages":[{}]}}"#, messages.join(","));
+            parse(&body).unwrap().tool_loop_active()
+        };
+        assert!(open(&[user, call, result]));
+        assert!(open(&[user, call]));
+        assert!(!open(&[user, call, result, answer, user]));
+        assert!(!open(&[user]));
+        assert!(
+            !open(&[result]),
+            "tool results without a call do not open a loop"
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub struct StatusLabels {
 /// Labels of a shared-state operation that fell back to this process's copy.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
-    /// `write`, `refresh`, `run_lookup` or `queue_full`.
+    /// `write`, `refresh`, `run_lookup`, `pin_lookup`, `pin_write` or `queue_full`.
     pub operation: &'static str,
 }
 

@@ -65,6 +65,8 @@ pub struct Settings {
     pub run_ttl: Duration,
     /// Most run ids remembered.
     pub max_runs: u64,
+    /// How long a session pin lives after its last turn.
+    pub session_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -76,6 +78,7 @@ impl Default for Settings {
             elo_k: 32.0,
             run_ttl: Duration::from_secs(3600),
             max_runs: 100_000,
+            session_ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -99,11 +102,21 @@ pub enum StateError {
     Redis(String),
 }
 
+/// The model a session is pinned to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// The model serving the session.
+    pub model: String,
+    /// Turns served by it since the session started or last switched.
+    pub turns: u32,
+}
+
 /// The state store.
 pub struct StateStore {
     settings: Settings,
     stats: Mutex<Stats>,
     runs: moka::sync::Cache<String, Run>,
+    pins: moka::sync::Cache<String, Pin>,
     redis: Option<RedisTier>,
 }
 
@@ -122,10 +135,15 @@ impl StateStore {
             .max_capacity(settings.max_runs)
             .time_to_live(settings.run_ttl)
             .build();
+        let pins = moka::sync::Cache::builder()
+            .max_capacity(settings.max_runs)
+            .time_to_idle(settings.session_ttl)
+            .build();
         Self {
             settings,
             stats: Mutex::new(Stats::default()),
             runs,
+            pins,
             redis: None,
         }
     }
@@ -233,6 +251,28 @@ impl StateStore {
         let run = self.redis.as_ref()?.find_run(id).await?;
         self.runs.insert(id.to_owned(), run.clone());
         Some(run)
+    }
+
+    /// The pin of session `key` (identity and session id), read from Redis when shared (so a
+    /// session can move between replicas) and from this process otherwise or when Redis
+    /// does not answer.
+    pub async fn pin(&self, key: &str) -> Option<Pin> {
+        if let Some(redis) = &self.redis {
+            if let Some(shared) = redis.find_pin(key).await {
+                return shared;
+            }
+        }
+        self.pins.get(key)
+    }
+
+    /// Records the pin of session `key`. When shared, the write reaches Redis before this
+    /// returns (bounded by the timeout; a failure is counted and the pin stays local), so the
+    /// session's next turn finds it on any replica.
+    pub async fn set_pin(&self, key: &str, pin: Pin) {
+        if let Some(redis) = &self.redis {
+            redis.store_pin(key, &pin, self.settings.session_ttl).await;
+        }
+        self.pins.insert(key.to_owned(), pin);
     }
 
     /// Credits an outcome to the run `id`; returns the run it was credited to.

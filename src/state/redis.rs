@@ -14,9 +14,12 @@
 //!   `␟f` for successes and failures); Elo updates run as one Lua script so concurrent
 //!   preferences on different replicas compose.
 //! - `P:run:ID`: `IDENTITY␟DECISION␟MODEL`, expiring after the run TTL.
+//! - `P:pin:IDENTITY␟SESSION`: `MODEL␟TURNS`, expiring after the session TTL. Pins are read
+//!   on the request path (one GET, bounded by the timeout) so a session keeps its model on
+//!   whichever replica its next turn lands.
 
 use super::stats::{Posterior, Stats, TokenSums};
-use super::{Observation, Outcome, RedisSettings, Run, Timing};
+use super::{Observation, Outcome, Pin, RedisSettings, Run, Timing};
 use crate::observability::metrics::StateLabels;
 use crate::selection::ELO_START;
 use prometheus_client::metrics::counter::Counter;
@@ -198,6 +201,39 @@ impl RedisTier {
                     .set_ex::<_, _, ()>(self.key(&format!("run:{id}")), value, ttl.as_secs().max(1))
                     .await
             }
+        }
+    }
+
+    /// The shared pin of a session: `Some(None)` when Redis answered that there is none,
+    /// `None` when Redis did not answer (counted; the caller falls back to its own copy).
+    pub(super) async fn find_pin(&self, key: &str) -> Option<Option<Pin>> {
+        let mut connection = self.connection.clone();
+        let read = connection.get::<_, Option<String>>(self.key(&format!("pin:{key}")));
+        match tokio::time::timeout(self.timeout, read).await {
+            Ok(Ok(value)) => Some(value.and_then(|v| {
+                let (model, turns) = v.split_once(SEP)?;
+                Some(Pin {
+                    model: model.to_owned(),
+                    turns: turns.parse().ok()?,
+                })
+            })),
+            _ => {
+                self.fell_back("pin_lookup");
+                None
+            }
+        }
+    }
+
+    /// Writes a session pin, waiting at most the timeout (a failure is counted).
+    pub(super) async fn store_pin(&self, key: &str, pin: &Pin, ttl: Duration) {
+        let mut connection = self.connection.clone();
+        let write = connection.set_ex::<_, _, ()>(
+            self.key(&format!("pin:{key}")),
+            format!("{}{SEP}{}", pin.model, pin.turns),
+            ttl.as_secs().max(1),
+        );
+        if !matches!(tokio::time::timeout(self.timeout, write).await, Ok(Ok(()))) {
+            self.fell_back("pin_write");
         }
     }
 

@@ -31,6 +31,7 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> Option<Snapshot> {
     let server = compile_server(&raw, errors);
     let state = state::compile_state(raw.state.as_ref(), errors);
+    let sessions = state::compile_sessions(raw.sessions.as_ref(), errors);
     let encoder = raw
         .inference
         .as_ref()
@@ -136,6 +137,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
+        sessions,
         models: models.into_iter().collect::<Option<_>>()?,
         identities: identities.into_iter().map(|(_, i)| i).collect(),
         signals: signals.into_iter().collect::<Option<_>>()?,

@@ -1,7 +1,8 @@
-//! The `state` section → [`Settings`].
+//! The `state` section → [`Settings`], and `sessions` → [`Sessions`].
 
 use crate::config::error::Errors;
-use crate::config::raw::{RawState, RawStateBackend};
+use crate::config::raw::{RawSessions, RawState, RawStateBackend};
+use crate::config::snapshot::Sessions;
 use crate::state::{Backend, RedisSettings, Settings};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
     positive("latencyMaxAgeSeconds", raw.latency_max_age_seconds);
     positive("runTtlSeconds", raw.run_ttl_seconds);
     positive("maxRuns", raw.max_runs);
+    positive("sessionTtlSeconds", raw.session_ttl_seconds);
     if let Some(redis) = &raw.redis {
         positive("redis.refreshMs", redis.refresh_ms);
         positive("redis.timeoutMs", redis.timeout_ms);
@@ -76,5 +78,53 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
             .run_ttl_seconds
             .map_or(defaults.run_ttl, Duration::from_secs),
         max_runs: raw.max_runs.unwrap_or(defaults.max_runs),
+        session_ttl: raw
+            .session_ttl_seconds
+            .map_or(defaults.session_ttl, Duration::from_secs),
+    })
+}
+
+pub(super) fn compile_sessions(raw: Option<&RawSessions>, errors: &mut Errors) -> Option<Sessions> {
+    let raw = raw?;
+    let headers: Vec<String> = raw
+        .headers
+        .clone()
+        .unwrap_or_else(|| vec!["x-session-id".to_owned(), "x-conversation-id".to_owned()])
+        .into_iter()
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
+    let mut ok = true;
+    if headers.is_empty() {
+        errors.push(
+            "sessions.headers",
+            "list at least one header, e.g. x-session-id",
+        );
+        ok = false;
+    }
+    for (i, header) in headers.iter().enumerate() {
+        let valid = !header.is_empty()
+            && header
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            errors.push(
+                format!("sessions.headers[{i}]"),
+                format!("{header:?} is not an HTTP header name"),
+            );
+            ok = false;
+        }
+    }
+    let switch_margin = raw.switch_margin.unwrap_or(0.1);
+    if !switch_margin.is_finite() || switch_margin < 0.0 {
+        errors.push(
+            "sessions.switchMargin",
+            format!("must be a non-negative number, got {switch_margin}"),
+        );
+        ok = false;
+    }
+    ok.then(|| Sessions {
+        headers,
+        min_turns: raw.min_turns.unwrap_or(2),
+        switch_margin,
     })
 }
