@@ -398,8 +398,13 @@ async fn hot_reload_applies_valid_and_rejects_invalid_config_while_requests_flow
             }
         })
     };
+    // Routing code to another model changes what mom/auto means: its version is bumped.
     let valid = quickstart_config()
         .replace("version: quickstart-1", "version: quickstart-2")
+        .replace(
+            "name: mom/auto\n    version: \"1\"",
+            "name: mom/auto\n    version: \"2\"",
+        )
         .replace(
             "rules: { signal: code }\n    modelRefs: [{ model: qwen2.5-coder-0.5b }]",
             "rules: { signal: code }\n    modelRefs: [{ model: gemma3-270m }]",

@@ -258,7 +258,12 @@ async fn a_reload_applies_to_the_next_stream_and_a_stream_keeps_its_snapshot() {
     old_stream.send(headers(POST_CHAT, false)).await;
     let before = sidecar.version();
     sidecar.rewrite_config(
-        &quickstart_config().replace("defaultModel: smollm2-135m", "defaultModel: gemma3-270m"),
+        &quickstart_config()
+            .replace("defaultModel: smollm2-135m", "defaultModel: gemma3-270m")
+            .replace(
+                "name: mom/auto\n    version: \"1\"",
+                "name: mom/auto\n    version: \"2\"",
+            ),
     );
     let changed = support::eventually(Duration::from_secs(5), async || {
         (sidecar.version() != before).then_some(())

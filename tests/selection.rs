@@ -110,18 +110,15 @@ async fn cost_aware_prices_each_request_by_its_prompt_and_completion_size() {
         "{scores}"
     );
     assert!(text(&headers, "x-mom-selection-reason").contains("quality >= 0.6"));
-    stack.sidecar.as_ref().unwrap().rewrite_config(&policy(
+    let sidecar = stack.sidecar.as_ref().unwrap();
+    let lower_floor = policy(
         "{type: cost_aware, qualityFloor: 0.3}",
         &["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"],
-    ));
-    let sidecar = stack.sidecar.as_ref().unwrap();
-    support::eventually(std::time::Duration::from_secs(5), async || {
-        sidecar
-            .version()
-            .ends_with(&sidecar.version()[..0])
-            .then_some(())
-    })
-    .await;
+    );
+    // Lowering the floor changes what mom/auto means: the identity's version is bumped.
+    sidecar.rewrite_config(
+        &lower_floor.replace("{name: mom/auto,", "{name: mom/auto, version: \"2\","),
+    );
     support::eventually(std::time::Duration::from_secs(5), async || {
         (sidecar.running.store.snapshot().decisions[0].algorithm
             == mom_router::selection::Algorithm::CostAware { quality_floor: 0.3 })

@@ -129,7 +129,9 @@ async fn config(State(state): State<AdminState>) -> impl IntoResponse {
     let body = json!({
         "version": snapshot.version,
         "path": state.store.path().display().to_string(),
-        "identities": snapshot.identities.iter().map(|i| &i.name).collect::<Vec<_>>(),
+        "identities": snapshot.identities.iter().map(|i| json!({
+            "name": i.name, "version": i.version, "contract": i.contract,
+        })).collect::<Vec<_>>(),
         "models": snapshot.models.iter().map(|m| &m.name).collect::<Vec<_>>(),
         "signals": snapshot.signals.iter().map(|s| &s.name).collect::<Vec<_>>(),
         "decisions": snapshot.decisions.iter().map(|d| &d.name).collect::<Vec<_>>(),

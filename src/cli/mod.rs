@@ -47,6 +47,10 @@ enum Command {
     CheckConfig {
         /// Configuration file (YAML).
         path: PathBuf,
+        /// The configuration it replaces: an identity whose meaning changed without a version
+        /// bump is an error, as it is for a hot reload.
+        #[arg(long)]
+        previous: Option<PathBuf>,
     },
     /// Run the pipeline offline on one chat-completion body and print the outcome as JSON.
     Explain {
@@ -91,7 +95,7 @@ pub fn main() -> ExitCode {
                 reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
             })
         }
-        Command::CheckConfig { path } => check_config(&path),
+        Command::CheckConfig { path, previous } => check_config(&path, previous.as_deref()),
         Command::Explain {
             config,
             headers,
@@ -158,8 +162,38 @@ async fn shutdown_signal() {
     }
 }
 
-fn check_config(path: &Path) -> ExitCode {
-    match config::load(path) {
+fn check_config(path: &Path, previous: Option<&Path>) -> ExitCode {
+    let checked = config::load(path).and_then(|snapshot| {
+        let Some(previous) = previous else {
+            return Ok(snapshot);
+        };
+        let before = config::load(previous).map_err(|errors| {
+            config::ConfigErrors(
+                errors
+                    .0
+                    .into_iter()
+                    .map(|e| {
+                        config::ConfigError::new(
+                            format!("--previous {}", previous.display()),
+                            e.to_string(),
+                        )
+                    })
+                    .collect(),
+            )
+        })?;
+        let changes = config::compile::unversioned_changes(&before, &snapshot);
+        if changes.is_empty() {
+            Ok(snapshot)
+        } else {
+            Err(config::ConfigErrors(
+                changes
+                    .into_iter()
+                    .map(|(path, message)| config::ConfigError::new(path, message))
+                    .collect(),
+            ))
+        }
+    });
+    match checked {
         Ok(snapshot) => {
             let line = format!(
                 "{}: ok, version {} ({} models, {} identities, {} signals, {} decisions)",

@@ -12,7 +12,8 @@ mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use snapshot::{
-    Decision, DecisionVectors, Identity, Listen, Model, Pricing, Server, Sessions, Snapshot,
+    Bounds, Decision, DecisionVectors, Fallback, Identity, Listen, Model, Objective, Policy,
+    Pricing, Server, Sessions, Snapshot,
 };
 pub use store::{ConfigStore, ReloadOutcome};
 

@@ -35,6 +35,8 @@ pub struct RawConfig {
     /// `(section, name)` of entries that failed to parse but have a readable `name`: references
     /// to them are not reported again as unknown.
     pub broken: Vec<(&'static str, String)>,
+    /// The YAML of every named list entry, by `(section, name)`: identity contracts hash it.
+    pub sources: std::collections::HashMap<(&'static str, String), Value>,
 }
 
 const SECTIONS: &[&str] = &[
@@ -78,12 +80,22 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "inference" => raw.inference = item(value, "inference", errors),
             "state" => raw.state = item(value, "state", errors),
             "sessions" => raw.sessions = item(value, "sessions", errors),
-            "models" => raw.models = list(value, "models", &mut raw.broken, errors),
-            "identities" => raw.identities = list(value, "identities", &mut raw.broken, errors),
-            "signals" => raw.signals = list(value, "signals", &mut raw.broken, errors),
-            "decisions" => raw.decisions = list(value, "decisions", &mut raw.broken, errors),
-            "projections" => {
-                raw.projections = list(value, "projections", &mut raw.broken, errors);
+            "models" | "identities" | "signals" | "decisions" | "projections" => {
+                let section: &'static str = SECTIONS
+                    .iter()
+                    .find(|s| **s == key)
+                    .copied()
+                    .unwrap_or("models");
+                remember_sources(&value, section, &mut raw.sources);
+                match section {
+                    "models" => raw.models = list(value, section, &mut raw.broken, errors),
+                    "identities" => {
+                        raw.identities = list(value, section, &mut raw.broken, errors);
+                    }
+                    "signals" => raw.signals = list(value, section, &mut raw.broken, errors),
+                    "decisions" => raw.decisions = list(value, section, &mut raw.broken, errors),
+                    _ => raw.projections = list(value, section, &mut raw.broken, errors),
+                }
             }
             other => errors.push(
                 other,
@@ -95,6 +107,21 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
         }
     }
     raw
+}
+
+fn remember_sources(
+    value: &Value,
+    section: &'static str,
+    sources: &mut std::collections::HashMap<(&'static str, String), Value>,
+) {
+    let Value::Sequence(items) = value else {
+        return;
+    };
+    for item in items {
+        if let Some(name) = item.get("name").and_then(Value::as_str) {
+            sources.insert((section, name.to_owned()), item.clone());
+        }
+    }
 }
 
 fn item<T: DeserializeOwned>(value: Value, path: &str, errors: &mut Errors) -> Option<T> {

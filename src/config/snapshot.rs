@@ -61,7 +61,74 @@ pub struct Model {
     pub quality: Option<f64>,
 }
 
-/// A model identity clients call by name.
+/// What an identity optimises when no decision matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    /// The default model.
+    Auto,
+    /// The lowest observed latency.
+    Latency,
+    /// The cheapest model above the quality floor.
+    Cost,
+    /// The highest quality within the bounds.
+    Quality,
+}
+
+impl Objective {
+    /// The name in configuration and `GET /v1/models`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Latency => "latency",
+            Self::Cost => "cost",
+            Self::Quality => "quality",
+        }
+    }
+}
+
+/// A policy an identity requires before any upstream call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Jailbreak detection.
+    Jailbreak,
+    /// PII detection.
+    Pii,
+    /// Grounding check of answers (not available yet: requests fail closed).
+    Grounding,
+}
+
+impl Policy {
+    /// The name in configuration and errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Jailbreak => "jailbreak",
+            Self::Pii => "pii",
+            Self::Grounding => "grounding",
+        }
+    }
+}
+
+/// Per-request bounds of an identity.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bounds {
+    /// Largest expected cost of one request.
+    pub max_cost: Option<f64>,
+    /// p90 total latency objective in milliseconds.
+    pub latency_slo_ms: Option<f64>,
+    /// Lowest declared quality the cost objective accepts.
+    pub min_quality: Option<f64>,
+}
+
+/// Who serves when no decision matches.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fallback {
+    /// This model (index).
+    Default(usize),
+    /// The identity's objective, as a decision over its eligible models.
+    Objective(Box<Decision>),
+}
+
+/// A model identity clients call by name: a versioned contract.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
     /// Name in the request's `model` field.
@@ -70,14 +137,26 @@ pub struct Identity {
     pub version: String,
     /// Description for `/v1/models`.
     pub description: String,
-    /// Index of the model used when no decision matches.
-    pub default_model: usize,
+    /// What it optimises.
+    pub objective: Objective,
+    /// Indices of the models it may route to.
+    pub eligible: Vec<usize>,
+    /// Per-request bounds.
+    pub bounds: Bounds,
+    /// Policies evaluated (and failing closed) before any upstream call.
+    pub requires: Vec<Policy>,
+    /// Who serves when no decision matches.
+    pub fallback: Fallback,
     /// Indices of the decisions this identity evaluates, in configuration order.
     pub decisions: Vec<usize>,
     /// Indices of the signals those decisions read: the only signals computed for it.
     pub signals: Vec<usize>,
     /// The models those signals read.
     pub needs: Needs,
+    /// Hex SHA-256 of everything that gives the identity its meaning (itself without version
+    /// and description, its decisions, the signals and models they use): a change without a
+    /// version bump is refused.
+    pub contract: String,
 }
 
 /// A compiled decision.

@@ -1,5 +1,6 @@
 //! The live configuration: one `ArcSwap<Snapshot>`, read once per stream, replaced whole on a
-//! successful reload. A failed reload keeps the last good snapshot and reports every error.
+//! successful reload. A failed reload keeps the last good snapshot and reports every error; so
+//! does a reload that changes an identity's meaning without bumping its version.
 
 use super::{compile_file, hex_sha256, read_file, ConfigErrors, Snapshot};
 use arc_swap::ArcSwap;
@@ -78,6 +79,14 @@ impl ConfigStore {
         }
         match compile_file(&self.path, bytes) {
             Ok(snapshot) => {
+                let changes = super::compile::unversioned_changes(&self.snapshot(), &snapshot);
+                if !changes.is_empty() {
+                    let errors = changes
+                        .into_iter()
+                        .map(|(path, message)| super::ConfigError::new(path, message))
+                        .collect();
+                    return ReloadOutcome::Rejected(ConfigErrors(errors));
+                }
                 let version = snapshot.version.clone();
                 self.current.store(Arc::new(snapshot));
                 ReloadOutcome::Applied { version }

@@ -60,6 +60,16 @@ pub enum RouteError {
         /// Why.
         reason: String,
     },
+    /// A policy the identity requires could not run; the identity fails closed.
+    #[error("{identity} requires the {policy} policy, which could not run ({reason}); nothing was sent upstream")]
+    PolicyUnavailable {
+        /// The identity.
+        identity: String,
+        /// The policy.
+        policy: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// Envoy delivered the request in a way mom-router cannot route safely.
     #[error("mom-router cannot route this request: {0}")]
     Protocol(&'static str),
@@ -80,6 +90,7 @@ impl RouteError {
             Self::NotFound { .. } => "not_found",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::SignalUnavailable { .. } => "signal_unavailable",
+            Self::PolicyUnavailable { .. } => "policy_unavailable",
             Self::Protocol(_) => "router_misconfigured",
         }
     }
@@ -87,7 +98,9 @@ impl RouteError {
     /// Whose fault it is.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::Protocol(_) | Self::SignalUnavailable { .. } => Fault::Internal,
+            Self::Protocol(_) | Self::SignalUnavailable { .. } | Self::PolicyUnavailable { .. } => {
+                Fault::Internal
+            }
             Self::BadRequest(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
@@ -103,7 +116,9 @@ impl RouteError {
             Self::TooLarge { .. } => (413, "invalid_request_error"),
             Self::NotFound { .. } => (404, "invalid_request_error"),
             Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),
-            Self::SignalUnavailable { .. } => (503, "server_error"),
+            Self::SignalUnavailable { .. } | Self::PolicyUnavailable { .. } => {
+                (503, "server_error")
+            }
             Self::Protocol(_) => (500, "server_error"),
         };
         let mut headers = Vec::new();

@@ -14,13 +14,13 @@ pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use session::SessionTrace;
 pub use trace::Trace;
 
-use crate::config::{Identity, Model, Snapshot};
+use crate::config::{Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
-use crate::signals::{Input, Needs, Neural, OnError};
+use crate::signals::{Input, Needs, Neural, OnError, SignalKind};
 use crate::state::StateStore;
 use std::sync::Arc;
 
@@ -267,6 +267,13 @@ fn route_identity(
         headers,
         body,
     } = *context;
+    if identity.requires.contains(&Policy::Grounding) {
+        return Err(RouteError::PolicyUnavailable {
+            identity: identity.name.clone(),
+            policy: Policy::Grounding.name(),
+            reason: "this build of mom-router has no grounding check yet".to_owned(),
+        });
+    }
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
     let mut values: Vec<Option<f64>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
@@ -281,6 +288,19 @@ fn route_identity(
             })
         };
         let result = signal.evaluate(request, headers, neural, &earlier);
+        let required = match signal.kind {
+            SignalKind::Jailbreak(_) => Some(Policy::Jailbreak),
+            SignalKind::Pii(_) => Some(Policy::Pii),
+            _ => None,
+        }
+        .filter(|policy| identity.requires.contains(policy));
+        if let (Some(reason), Some(policy)) = (&result.error, required) {
+            return Err(RouteError::PolicyUnavailable {
+                identity: identity.name.clone(),
+                policy: policy.name(),
+                reason: format!("signal {}: {reason}", signal.name),
+            });
+        }
         if let (Some(reason), Some(OnError::Fail)) = (&result.error, signal.kind.on_error()) {
             return Err(RouteError::SignalUnavailable {
                 signal: signal.name.clone(),
@@ -299,36 +319,43 @@ fn route_identity(
     trace.identity_version = Some(identity.version.clone());
     trace.signals = results;
     let winner = decision::pick(&snapshot.decisions, &identity.decisions, &facts);
-    let model_index = match winner {
-        Some((index, verdict)) => {
-            let decision = &snapshot.decisions[index];
-            let key = headers
-                .get("x-request-id")
-                .map_or_else(|| request_key(body), |id| request_key(id.as_bytes()));
-            let query = neural
-                .embedding
-                .as_ref()
-                .and_then(|e| e.as_ref().ok())
-                .map(|v| v.as_slice());
-            let selection = select::choose(snapshot, state, decision, request, query, key);
-            trace.selection_reason = selection.reason;
-            trace.decision = Some(decision.name.clone());
-            trace.confidence = verdict.confidence;
-            trace.algorithm = decision.algorithm.name();
-            trace.scores = decision
-                .candidates
-                .iter()
-                .zip(&selection.scores)
-                .map(|(c, s)| (snapshot.models[c.model].name.clone(), *s))
-                .collect();
-            decision.candidates[selection.chosen].model
-        }
-        None => {
+    let key = headers
+        .get("x-request-id")
+        .map_or_else(|| request_key(body), |id| request_key(id.as_bytes()));
+    let query = neural
+        .embedding
+        .as_ref()
+        .and_then(|e| e.as_ref().ok())
+        .map(|v| v.as_slice());
+    let (decision, confidence) = match (winner, &identity.fallback) {
+        (Some((index, verdict)), _) => (&snapshot.decisions[index], verdict.confidence),
+        (None, Fallback::Objective(decision)) => (decision.as_ref(), 1.0),
+        (None, Fallback::Default(model)) => {
             trace.algorithm = Algorithm::Static.name();
             trace.selection_reason = "no decision matched: the identity's default model".to_owned();
-            identity.default_model
+            return Ok((trace, *model));
         }
     };
+    let selection = select::choose(
+        snapshot,
+        state,
+        decision,
+        &identity.bounds,
+        request,
+        query,
+        key,
+    );
+    trace.selection_reason = selection.reason;
+    trace.decision = Some(decision.name.clone());
+    trace.confidence = confidence;
+    trace.algorithm = decision.algorithm.name();
+    trace.scores = decision
+        .candidates
+        .iter()
+        .zip(&selection.scores)
+        .map(|(c, s)| (snapshot.models[c.model].name.clone(), *s))
+        .collect();
+    let model_index = decision.candidates[selection.chosen].model;
     Ok((trace, model_index))
 }
 

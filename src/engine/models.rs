@@ -1,4 +1,5 @@
-//! `GET /v1/models`: identities first (with version and description), then, unless
+//! `GET /v1/models`: identities first (with their contract: version, description, objective,
+//! models, bounds, required policies), then, unless
 //! `server.listModels` is false, the concrete models.
 
 use super::Reply;
@@ -7,9 +8,21 @@ use serde_json::json;
 
 pub(super) fn list(snapshot: &Snapshot) -> Reply {
     let identities = snapshot.identities.iter().map(|i| {
+        let eligible: Vec<&str> = i
+            .eligible
+            .iter()
+            .map(|&m| snapshot.models[m].name.as_str())
+            .collect();
         json!({
             "id": i.name, "object": "model", "created": 0, "owned_by": "mom-router",
             "kind": "identity", "version": i.version, "description": i.description,
+            "objective": i.objective.name(), "models": eligible,
+            "bounds": {
+                "max_cost_per_request": i.bounds.max_cost,
+                "latency_slo_ms": i.bounds.latency_slo_ms,
+                "min_quality": i.bounds.min_quality,
+            },
+            "requires": i.requires.iter().map(|p| p.name()).collect::<Vec<_>>(),
         })
     });
     let listed = if snapshot.server.list_models {

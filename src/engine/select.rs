@@ -2,9 +2,11 @@
 //! has been and what feedback it earned, read from the state store and the request, then handed
 //! to the pure algorithms in `selection`.
 
-use crate::config::{Decision, Snapshot};
+use crate::config::{Bounds, Decision, Snapshot};
 use crate::llm::ChatRequest;
-use crate::selection::{self, knn_votes, router_dc_similarities, Observed, Selection};
+use crate::selection::{
+    self, knn_votes, router_dc_similarities, Candidate, LatencyMetric, Observed, Selection,
+};
 use crate::signals::estimate_tokens;
 use crate::state::StateStore;
 
@@ -12,12 +14,13 @@ use crate::state::StateStore;
 /// sets no cap.
 pub const DEFAULT_COMPLETION_TOKENS: f64 = 256.0;
 
-/// Picks one of `decision`'s candidates. `query` is the last user message's embedding, when
-/// the identity computed one.
+/// Picks one of `decision`'s candidates within the identity's `bounds`. `query` is the last user
+/// message's embedding, when the identity computed one.
 pub(super) fn choose(
     snapshot: &Snapshot,
     state: &StateStore,
     decision: &Decision,
+    bounds: &Bounds,
     request: &ChatRequest,
     query: Option<&[f32]>,
     key: u64,
@@ -76,5 +79,51 @@ pub(super) fn choose(
             }
         })
         .collect();
-    selection::select(algorithm, candidates, &observed, key)
+    let within = |i: usize| {
+        let o = &observed[i];
+        let cost_ok = bounds.max_cost.is_none_or(|max| o.expected_cost <= max);
+        let latency_ok = bounds.latency_slo_ms.is_none_or(|slo| {
+            let model = &snapshot.models[candidates[i].model].name;
+            let view = state.view(&decision.name, model, Some((LatencyMetric::Total, 90.0)));
+            view.latency_ms.is_none_or(|p90| p90 <= slo)
+        });
+        cost_ok && latency_ok
+    };
+    let allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
+    if allowed.len() == candidates.len() {
+        return selection::select(algorithm, candidates, &observed, key);
+    }
+    if allowed.is_empty() {
+        let cheapest = (0..observed.len())
+            .min_by(|&a, &b| {
+                observed[a]
+                    .expected_cost
+                    .total_cmp(&observed[b].expected_cost)
+            })
+            .unwrap_or(0);
+        return Selection {
+            chosen: cheapest,
+            scores: (0..observed.len())
+                .map(|i| if i == cheapest { 1.0 } else { 0.0 })
+                .collect(),
+            reason: "no model within the identity's bounds: the cheapest".to_owned(),
+        };
+    }
+    let kept: Vec<Candidate> = allowed.iter().map(|&i| candidates[i]).collect();
+    let kept_observed: Vec<Observed> = allowed.iter().map(|&i| observed[i]).collect();
+    let inner = selection::select(algorithm, &kept, &kept_observed, key);
+    let mut scores = vec![0.0; candidates.len()];
+    for (score, &i) in inner.scores.iter().zip(&allowed) {
+        scores[i] = *score;
+    }
+    Selection {
+        chosen: allowed[inner.chosen],
+        scores,
+        reason: format!(
+            "{}; {} of {} models outside the identity's bounds",
+            inner.reason,
+            candidates.len() - allowed.len(),
+            candidates.len()
+        ),
+    }
 }

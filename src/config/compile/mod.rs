@@ -4,6 +4,7 @@
 
 mod algorithms;
 mod heads;
+mod identities;
 mod models;
 mod projections;
 mod signals;
@@ -13,9 +14,9 @@ use self::models::{compile_encoder, compile_ner};
 use self::signals::{compile_decisions, compile_signals, signal_name, Models};
 use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
-use crate::config::raw::{RawIdentity, RawModel};
-use crate::config::snapshot::{Decision, Identity, Listen, Model, Pricing, Server, Snapshot};
-use crate::signals::{Needs, Signal, SignalKind};
+use crate::config::raw::RawModel;
+use crate::config::snapshot::{Decision, Listen, Model, Pricing, Server, Snapshot};
+use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -94,12 +95,17 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         encoder.as_ref(),
         errors,
     );
-    let identities = compile_identities(
+    let identities = identities::compile_identities(
         &raw.identities,
-        &model_index,
-        &decision_index,
-        &decisions,
-        &signals,
+        &identities::Tables {
+            models: &model_index,
+            compiled_models: &models,
+            decision_index: &decision_index,
+            decisions: &decisions,
+            signals: &signals,
+            sources: &raw.sources,
+            encoder: encoder.as_ref(),
+        },
         errors,
     );
     if raw.identities.is_empty() && errors.is_empty() {
@@ -152,7 +158,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
 /// What referenced projection outputs add to an identity's signals: the signals each projection
 /// reads (evaluated before it, as their indices are lower) and its other outputs (so `explain`
 /// shows every band, not only the referenced one).
-fn projection_needs(referenced: &[usize], compiled: &[Option<Signal>]) -> Vec<usize> {
+pub(super) fn projection_needs(referenced: &[usize], compiled: &[Option<Signal>]) -> Vec<usize> {
     let projection_of = |index: usize| match &compiled.get(index)?.as_ref()?.kind {
         SignalKind::Projection(output) => Some(output.projection.clone()),
         _ => None,
@@ -236,7 +242,7 @@ fn parse_addr(text: &str, path: &str, errors: &mut Errors) -> Option<std::net::S
     }
 }
 
-fn is_route_name(name: &str) -> bool {
+pub(super) fn is_route_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .chars()
@@ -322,92 +328,4 @@ pub(super) fn known_names(index: &HashMap<String, usize>) -> String {
     }
 }
 
-fn compile_identities(
-    raw: &[(usize, RawIdentity)],
-    models: &HashMap<String, usize>,
-    decision_index: &HashMap<String, usize>,
-    decisions: &[Option<Decision>],
-    compiled_signals: &[Option<Signal>],
-    errors: &mut Errors,
-) -> Vec<(usize, Identity)> {
-    let mut identities = Vec::new();
-    for (i, identity) in raw {
-        let path = format!("identities[{i}]");
-        let mut ok = true;
-        if !is_route_name(&identity.name) {
-            errors.push(
-                format!("{path}.name"),
-                format!(
-                    "{:?} is not a valid identity name; use letters, digits and . _ - : / (e.g. mom/auto)",
-                    identity.name
-                ),
-            );
-            ok = false;
-        }
-        let default_model = models.get(&identity.default_model).copied();
-        if default_model.is_none() {
-            errors.push(
-                format!("{path}.defaultModel"),
-                format!(
-                    "unknown model {:?}; known models: {}",
-                    identity.default_model,
-                    known_names(models)
-                ),
-            );
-            ok = false;
-        }
-        let selected: Vec<usize> = match &identity.decisions {
-            None => (0..decisions.len()).collect(),
-            Some(names) => names
-                .iter()
-                .enumerate()
-                .filter_map(|(j, name)| {
-                    let found = decision_index.get(name).copied();
-                    if found.is_none() {
-                        ok = false;
-                        errors.push(
-                            format!("{path}.decisions[{j}]"),
-                            format!(
-                                "unknown decision {name:?}; known decisions: {}",
-                                known_names(decision_index)
-                            ),
-                        );
-                    }
-                    found
-                })
-                .collect(),
-        };
-        let mut signals = Vec::new();
-        for decision in selected.iter().filter_map(|&d| decisions.get(d)?.as_ref()) {
-            decision.rule.collect_signals(&mut signals);
-        }
-        signals.extend(projection_needs(&signals, compiled_signals));
-        signals.sort_unstable();
-        signals.dedup();
-        let mut needs = Needs::of(
-            signals
-                .iter()
-                .filter_map(|&s| compiled_signals.get(s).and_then(Option::as_ref))
-                .map(|signal| &signal.kind),
-        );
-        needs.embedding |= selected
-            .iter()
-            .filter_map(|&d| decisions.get(d)?.as_ref())
-            .any(|d| d.algorithm.needs_embedding());
-        if let (true, Some(default_model)) = (ok, default_model) {
-            identities.push((
-                *i,
-                Identity {
-                    name: identity.name.clone(),
-                    version: identity.version.clone(),
-                    description: identity.description.clone(),
-                    default_model,
-                    decisions: selected,
-                    signals,
-                    needs,
-                },
-            ));
-        }
-    }
-    identities
-}
+pub use identities::unversioned_changes;
