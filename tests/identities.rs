@@ -243,3 +243,24 @@ fn check_config_compares_with_the_previous_config() {
         .unwrap();
     assert!(alone.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mom_flash_learns_which_model_is_fastest_from_the_responses_it_sees() {
+    let stack = Stack::start_with_config(&config()).await;
+    stack.backends["smollm2-135m"]
+        .delay_ms
+        .store(200, std::sync::atomic::Ordering::Relaxed);
+    let mut served = Vec::new();
+    for i in 0..10 {
+        let response = stack
+            .chat(&ask_as("mom/flash", "hi"), &format!("flash{i}"))
+            .await;
+        assert_eq!(response.status(), 200);
+        served.push(header(&response, "x-mom-model"));
+        let _ = response.bytes().await.unwrap();
+    }
+    // Three measurements each (minSamples 3 for the latency objective), then the fast one.
+    let slow = served.iter().filter(|m| *m == "smollm2-135m").count();
+    assert_eq!(slow, 3, "{served:?}");
+    assert!(served[6..].iter().all(|m| m == "gemma3-270m"), "{served:?}");
+}

@@ -15,7 +15,7 @@ use self::signals::{compile_decisions, compile_signals, signal_name, Models};
 use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
 use crate::config::raw::RawModel;
-use crate::config::snapshot::{Decision, Listen, Model, Pricing, Server, Snapshot};
+use crate::config::snapshot::{Decision, Fallback, Listen, Model, Pricing, Server, Snapshot};
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
@@ -138,8 +138,15 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         return None;
     }
     let decisions: Vec<Decision> = decisions.into_iter().collect::<Option<_>>()?;
+    // Identities' objectives and latency or cost bounds read observations too.
+    let identities_observe = identities.iter().any(|(_, identity)| {
+        identity.bounds.latency_slo_ms.is_some()
+            || identity.bounds.max_cost.is_some()
+            || matches!(&identity.fallback, Fallback::Objective(d) if d.algorithm.observes_responses())
+    });
     Some(Snapshot {
-        observe_responses: decisions.iter().any(|d| d.algorithm.observes_responses()),
+        observe_responses: identities_observe
+            || decisions.iter().any(|d| d.algorithm.observes_responses()),
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
