@@ -5,7 +5,8 @@
 use crate::config::{Bounds, Decision, Snapshot};
 use crate::llm::ChatRequest;
 use crate::selection::{
-    self, knn_votes, router_dc_similarities, Candidate, LatencyMetric, Observed, Selection,
+    self, knn_votes, router_dc_similarities, Algorithm, Candidate, LatencyMetric, Observed,
+    Selection,
 };
 use crate::signals::estimate_tokens;
 use crate::state::StateStore;
@@ -31,6 +32,11 @@ pub(super) fn choose(
         let mut fallback = selection::select(selection::Algorithm::Static, candidates, &[], key);
         fallback.reason = "query embedding unavailable: first declared model".to_owned();
         return fallback;
+    }
+    let bounded = bounds.max_cost.is_some() || bounds.latency_slo_ms.is_some();
+    if !bounded && matches!(algorithm, Algorithm::Static | Algorithm::Weighted) {
+        // These read no statistics: skip gathering them.
+        return selection::select(algorithm, candidates, &[], key);
     }
     let estimated_prompt = estimate_tokens(request) as f64;
     let cap = request.max_tokens().map(|n| n as f64);

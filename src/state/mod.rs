@@ -222,8 +222,9 @@ impl StateStore {
         model: &str,
         latency: Option<(LatencyMetric, f64)>,
     ) -> ModelView {
-        let since = now_ms().saturating_sub(self.settings.latency_max_age.as_millis() as u64);
-        self.with_stats(|stats| stats.view(decision, model, latency, since))
+        let now = now_ms();
+        let since = now.saturating_sub(self.settings.latency_max_age.as_millis() as u64);
+        self.with_stats(|stats| stats.view(decision, model, latency, now, since))
     }
 
     /// Records one finished response of `model`.

@@ -67,7 +67,8 @@ impl Default for PairStats {
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     models: HashMap<String, ModelStats>,
-    pairs: HashMap<(String, String), PairStats>,
+    /// Decision → model → statistics.
+    pairs: HashMap<String, HashMap<String, PairStats>>,
 }
 
 /// Token sums of one model, as shared state stores them.
@@ -127,34 +128,35 @@ impl Stats {
 
     fn pair(&mut self, decision: &str, model: &str) -> &mut PairStats {
         self.pairs
-            .entry((decision.to_owned(), model.to_owned()))
+            .entry(decision.to_owned())
+            .or_default()
+            .entry(model.to_owned())
             .or_default()
     }
 
     pub(super) fn view(
-        &self,
+        &mut self,
         decision: &str,
         model: &str,
         latency: Option<(LatencyMetric, f64)>,
+        now_ms: u64,
         since_ms: u64,
     ) -> ModelView {
-        let stats = self.models.get(model);
         let pair = self
             .pairs
-            .get(&(decision.to_owned(), model.to_owned()))
+            .get(decision)
+            .and_then(|models| models.get(model))
             .copied()
             .unwrap_or_default();
+        let stats = self.models.get_mut(model);
         let (latency_ms, latency_samples) = match (stats, latency) {
-            (Some(s), Some((metric, percentile))) => {
-                let read: fn(&Timing) -> f64 = match metric {
-                    LatencyMetric::Ttft => |t| t.ttft_ms,
-                    LatencyMetric::Total => |t| t.total_ms,
-                };
-                s.window.percentile(since_ms, percentile, read)
-            }
-            (Some(s), None) => (None, s.window.percentile(since_ms, 50.0, |t| t.total_ms).1),
+            (Some(s), Some((metric, percentile))) => s
+                .window
+                .percentile_cached(now_ms, since_ms, percentile, metric),
+            (Some(s), None) => (None, s.window.count(since_ms)),
             (None, _) => (None, 0),
         };
+        let stats = self.models.get(model);
         ModelView {
             latency_ms,
             latency_samples,
@@ -184,15 +186,14 @@ impl Stats {
     }
 
     pub(super) fn apply(&mut self, run: &Run, other: Option<&Run>, outcome: &Outcome, k: f64) {
-        let key = (run.decision.clone(), run.model.clone());
         match outcome {
             Outcome::Reward(reward) => {
-                let pair = self.pairs.entry(key).or_default();
+                let pair = self.pair(&run.decision, &run.model);
                 pair.rewards.0 += reward;
                 pair.rewards.1 += 1.0 - reward;
             }
             Outcome::Verified(passed) => {
-                let pair = self.pairs.entry(key).or_default();
+                let pair = self.pair(&run.decision, &run.model);
                 if *passed {
                     pair.verified.0 += 1.0;
                 } else {
@@ -204,12 +205,11 @@ impl Stats {
                 if other.model == run.model {
                     return;
                 }
-                let other_key = (run.decision.clone(), other.model.clone());
-                let winner = self.pairs.get(&key).copied().unwrap_or_default().elo;
-                let loser = self.pairs.get(&other_key).copied().unwrap_or_default().elo;
+                let winner = self.pair(&run.decision, &run.model).elo;
+                let loser = self.pair(&run.decision, &other.model).elo;
                 let (winner, loser) = elo_update(winner, loser, k, *draw);
-                self.pairs.entry(key).or_default().elo = winner;
-                self.pairs.entry(other_key).or_default().elo = loser;
+                self.pair(&run.decision, &run.model).elo = winner;
+                self.pair(&run.decision, &other.model).elo = loser;
             }
         }
     }

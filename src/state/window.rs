@@ -1,6 +1,12 @@
-//! A bounded window of recent latency observations for one model, read as a percentile.
+//! A bounded window of recent latency observations for one model, read as a percentile. A read
+//! is cached until the window changes or a second passes, so the hot path does not sort the
+//! window for every request.
 
+use crate::selection::LatencyMetric;
 use std::collections::VecDeque;
+
+/// How long a computed percentile is reused while the window is unchanged.
+const REUSE_MS: u64 = 1000;
 
 /// One response's timings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,6 +23,18 @@ pub struct Timing {
 #[derive(Debug, Clone, Default)]
 pub struct Window {
     timings: VecDeque<Timing>,
+    /// Bumped by every push.
+    generation: u64,
+    cached: Vec<Cached>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    metric: LatencyMetric,
+    percentile: f64,
+    generation: u64,
+    at_ms: u64,
+    result: (Option<f64>, u32),
 }
 
 impl Window {
@@ -26,6 +44,47 @@ impl Window {
         while self.timings.len() > capacity.max(1) {
             self.timings.pop_front();
         }
+        self.generation += 1;
+    }
+
+    /// Timings newer than `since_ms`.
+    pub fn count(&self, since_ms: u64) -> u32 {
+        self.timings.iter().filter(|t| t.at_ms >= since_ms).count() as u32
+    }
+
+    /// [`Window::percentile`] of `metric`, reusing a result computed less than a second ago
+    /// (`now_ms`) on the same timings.
+    pub fn percentile_cached(
+        &mut self,
+        now_ms: u64,
+        since_ms: u64,
+        percentile: f64,
+        metric: LatencyMetric,
+    ) -> (Option<f64>, u32) {
+        let fresh = self.cached.iter().find(|c| {
+            c.metric == metric
+                && c.percentile == percentile
+                && c.generation == self.generation
+                && now_ms.saturating_sub(c.at_ms) < REUSE_MS
+        });
+        if let Some(cached) = fresh {
+            return cached.result;
+        }
+        let read: fn(&Timing) -> f64 = match metric {
+            LatencyMetric::Ttft => |t| t.ttft_ms,
+            LatencyMetric::Total => |t| t.total_ms,
+        };
+        let result = self.percentile(since_ms, percentile, read);
+        self.cached
+            .retain(|c| !(c.metric == metric && c.percentile == percentile));
+        self.cached.push(Cached {
+            metric,
+            percentile,
+            generation: self.generation,
+            at_ms: now_ms,
+            result,
+        });
+        result
     }
 
     /// The `percentile` (nearest rank) of the timings newer than `since_ms`, read by `value`,
@@ -84,6 +143,26 @@ mod tests {
             (Some(30.0), 2)
         );
         assert_eq!(window.percentile(2000, 50.0, |t| t.total_ms), (None, 0));
+    }
+
+    #[test]
+    fn cached_reads_follow_new_timings_and_time() {
+        let mut window = Window::default();
+        window.push(at(1000, 10.0), 10);
+        let read = |w: &mut Window, now| w.percentile_cached(now, 0, 50.0, LatencyMetric::Total);
+        assert_eq!(read(&mut window, 2000), (Some(10.0), 1));
+        window.push(at(1001, 30.0), 10);
+        assert_eq!(
+            read(&mut window, 2000),
+            (Some(10.0), 2),
+            "a push invalidates"
+        );
+        assert_eq!(window.count(1001), 1);
+        // Older than one second, a result is recomputed with the caller's `since`.
+        assert_eq!(
+            window.percentile_cached(3500, 1001, 50.0, LatencyMetric::Total),
+            (Some(30.0), 1)
+        );
     }
 
     #[test]
