@@ -16,8 +16,9 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use mom_router::config::compile_str;
 use mom_router::engine;
+use mom_router::engine::Services;
 use mom_router::llm::Headers;
-use mom_router::state::{now_ms, Observation, StateStore, Timing};
+use mom_router::state::{now_ms, Observation, Timing};
 use std::fmt::Write;
 use std::hint::black_box;
 
@@ -68,8 +69,9 @@ fn policy(rules: usize, models: usize, algorithm: &str) -> String {
 }
 
 /// A store holding a full latency window for every model.
-fn warm_state(snapshot: &mom_router::config::Snapshot) -> StateStore {
-    let state = StateStore::new(snapshot.state.clone());
+fn warm_state(snapshot: &mom_router::config::Snapshot) -> Services {
+    let services = Services::offline(snapshot);
+    let state = &services.state;
     for (m, model) in snapshot.models.iter().enumerate() {
         for i in 0..snapshot.state.latency_window {
             state.observe(
@@ -87,7 +89,7 @@ fn warm_state(snapshot: &mom_router::config::Snapshot) -> StateStore {
             );
         }
     }
-    state
+    services
 }
 
 fn decisions(c: &mut Criterion) {

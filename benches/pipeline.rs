@@ -20,7 +20,6 @@ use mom_router::engine;
 use mom_router::extproc::stream::StreamState;
 use mom_router::llm::Headers;
 use mom_router::observability::Metrics;
-use mom_router::state::StateStore;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -60,7 +59,7 @@ fn pipeline(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let state = Arc::new(StateStore::new(snapshot.state.clone()));
+    let state = engine::Services::offline(&snapshot);
     let mut group = c.benchmark_group("engine_on_request_body");
     for (name, bytes) in &prompts {
         group.bench_function(*name, |b| {
@@ -94,13 +93,7 @@ fn pipeline(c: &mut Criterion) {
         b.iter_batched(
             || {
                 (
-                    StreamState::new(
-                        snapshot.clone(),
-                        metrics.clone(),
-                        std::sync::Arc::new(mom_router::state::StateStore::new(
-                            snapshot.state.clone(),
-                        )),
-                    ),
+                    StreamState::new(snapshot.clone(), metrics.clone(), state.clone()),
                     message(Request::RequestHeaders(envoy_headers.clone())),
                     message(Request::RequestBody(HttpBody {
                         body: prompts[1].1.clone(),

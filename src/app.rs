@@ -3,7 +3,9 @@
 
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome};
+use crate::engine::Services;
 use crate::extproc::ExtProcService;
+use crate::llm::LlmClient;
 use crate::observability::metrics::ReloadLabels;
 use crate::observability::Metrics;
 use crate::state::StateStore;
@@ -103,7 +105,14 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     )?;
     tasks.extend(state_tasks);
 
-    let service = ExtProcService::new(store.clone(), metrics.clone(), state.clone()).into_server();
+    let services = Services {
+        state: state.clone(),
+        client: Some(LlmClient::new(
+            &snapshot.server.internal_url,
+            crate::llm::client::new_token(),
+        )),
+    };
+    let service = ExtProcService::new(store.clone(), metrics.clone(), services).into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {
         Listen::Tcp(addr) => {

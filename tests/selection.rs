@@ -14,7 +14,6 @@ use mom_router::cli::explain_json;
 use mom_router::config::compile_str;
 use mom_router::engine;
 use mom_router::llm::Headers;
-use mom_router::state::{Settings, StateStore};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -271,7 +270,7 @@ decisions:
 
 async fn explain(config: &str, text: &str) -> Value {
     let snapshot = compile_str(config).unwrap();
-    let state = StateStore::new(Settings::default());
+    let state = engine::Services::offline(&snapshot);
     let headers = Headers::new(vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), "/v1/chat/completions".to_owned()),

@@ -33,7 +33,7 @@ async fn a_programming_question_without_keywords_routes_to_the_coder() {
     assert_eq!(snapshot.encoder.as_ref().unwrap().describe(), "candle cpu");
     let routed = engine::on_request_body(
         &snapshot,
-        &mom_router::state::StateStore::new(snapshot.state.clone()),
+        &mom_router::engine::Services::offline(&snapshot),
         &Headers::default(),
         &body("My program crashes with a null pointer when the list is empty, why?"),
     )
@@ -46,7 +46,7 @@ async fn a_programming_question_without_keywords_routes_to_the_coder() {
     assert!(signal.label.is_some());
     let chat = engine::on_request_body(
         &snapshot,
-        &mom_router::state::StateStore::new(snapshot.state.clone()),
+        &mom_router::engine::Services::offline(&snapshot),
         &Headers::default(),
         &body("What a lovely sunny day for a picnic!"),
     )
@@ -68,7 +68,7 @@ async fn on_error_decides_what_a_missing_embedding_means() {
         snapshot.encoder = None; // the encoder is gone: every embedding call fails
         let routed = engine::on_request_body(
             &snapshot,
-            &mom_router::state::StateStore::new(snapshot.state.clone()),
+            &mom_router::engine::Services::offline(&snapshot),
             &Headers::default(),
             &question,
         )
@@ -188,7 +188,7 @@ async fn exemplar_signals_label_clear_cases_as_a_person_would() {
     for (text, complexity, feedback) in cases {
         let routed = engine::on_request_body(
             &snapshot,
-            &mom_router::state::StateStore::new(snapshot.state.clone()),
+            &mom_router::engine::Services::offline(&snapshot),
             &Headers::default(),
             &body(text),
         )

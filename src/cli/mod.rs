@@ -7,7 +7,6 @@ use crate::app::{self, ServeOptions};
 use crate::config::{self, Snapshot};
 use crate::engine::{self, Action, Routed};
 use crate::llm::Headers;
-use crate::state::StateStore;
 use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -279,10 +278,17 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
 /// Runs both request phases as the sidecar would, with no learned statistics (every model
 /// cold, every rating and posterior at its prior).
 pub async fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) -> Routed {
-    let state = StateStore::new(snapshot.state.clone());
     match engine::on_request_headers(snapshot, headers, body.is_empty()) {
         Some(routed) => routed,
-        None => engine::on_request_body(snapshot, &state, headers, body).await,
+        None => {
+            engine::on_request_body(
+                snapshot,
+                &engine::Services::offline(snapshot),
+                headers,
+                body,
+            )
+            .await
+        }
     }
 }
 
@@ -308,6 +314,14 @@ pub fn explain_json(routed: &Routed) -> Value {
         "scores": trace.scores.iter().map(|(m, s)| json!({"model": m, "score": s})).collect::<Vec<_>>(),
         "selection_reason": if trace.selection_reason.is_empty() { None } else { Some(&trace.selection_reason) },
         "session": trace.session.as_ref().map(|s| json!({"id": s.id, "status": s.status, "reason": s.reason})),
+        "looper": trace.looper.as_ref().map(|l| json!({
+            "kind": l.kind,
+            "steps": l.steps.iter().map(|s| json!({
+                "model": s.model, "outcome": s.outcome, "confidence": s.confidence,
+                "latency_ms": s.latency_ms,
+            })).collect::<Vec<_>>(),
+            "prompt_tokens": l.usage.0, "completion_tokens": l.usage.1,
+        })),
         "model": trace.model,
         "provider_model": trace.provider_model,
         "action": routed.action.kind(),

@@ -12,8 +12,8 @@ mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use snapshot::{
-    Bounds, Decision, DecisionVectors, Fallback, Identity, Listen, Model, Objective, Policy,
-    Pricing, Server, Sessions, Snapshot,
+    Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, Identity, Listen, Looper, Model,
+    Objective, OnCallError, Policy, Pricing, Server, Sessions, Snapshot,
 };
 pub use store::{ConfigStore, ReloadOutcome};
 

@@ -5,8 +5,8 @@
 use serde::Deserialize;
 
 pub use super::raw_selection::{
-    RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawRedis, RawSessions,
-    RawState, RawStateBackend,
+    RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,
+    RawMeasure, RawOrder, RawRedis, RawSessions, RawState, RawStateBackend,
 };
 
 /// Listener addresses and request limits.
@@ -22,6 +22,9 @@ pub struct RawServer {
     pub max_body_bytes: Option<u64>,
     /// List concrete models (not only identities) in `GET /v1/models`; default true.
     pub list_models: Option<bool>,
+    /// Envoy's internal listener, where loopers send their sub-requests (default
+    /// `http://127.0.0.1:10001`).
+    pub internal_url: Option<String>,
 }
 
 /// Neural inference settings.
@@ -558,6 +561,8 @@ pub struct RawDecision {
     /// How one of `modelRefs` is picked.
     #[serde(default)]
     pub algorithm: RawAlgorithm,
+    /// A multi-model recipe over `modelRefs` instead of one pick.
+    pub looper: Option<RawLooper>,
 }
 
 /// A projection: evidence derived from other signals, referenced in rules as `NAME.OUTPUT`.

@@ -215,3 +215,89 @@ pub struct RawRedis {
     /// Milliseconds a Redis command may take before the fallback counts it failed (default 100).
     pub timeout_ms: Option<u64>,
 }
+
+/// A bounded multi-model recipe a decision runs instead of a single call.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum RawLooper {
+    /// Cheapest first: ask each model in turn through Envoy's internal listener, return the first
+    /// answer whose confidence reaches `threshold`, and forward the request to the last model
+    /// (streamed by Envoy) when none does.
+    Confidence {
+        /// `avg_logprob` (default) or `margin`.
+        #[serde(default)]
+        measure: RawMeasure,
+        /// Confidence an answer needs to be returned.
+        threshold: f64,
+        /// Escalation order: `declared` (modelRefs order, default) or `cost` (cheapest first).
+        #[serde(default)]
+        order: RawOrder,
+        /// Cap on `max_tokens` of the tentative calls (default 512).
+        #[serde(default = "default_looper_max_tokens")]
+        max_tokens: u64,
+        /// Deadline of one tentative call in milliseconds (default 20000).
+        #[serde(default = "default_per_call_ms")]
+        per_call_timeout_ms: u64,
+        /// Deadline of all tentative calls together in milliseconds (default 60000); also the
+        /// time mom-router asks Envoy to wait for it (`override_message_timeout`, capped by the
+        /// filter's `max_message_timeout`).
+        #[serde(default = "default_total_ms")]
+        total_timeout_ms: u64,
+        /// A failed tentative call: `skip` to the next model (default), `fail` the request with
+        /// 502, or `fallback` straight to the last model.
+        #[serde(default)]
+        on_error: RawLooperOnError,
+    },
+}
+
+/// How a confidence looper measures an answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawMeasure {
+    /// Mean token log-probability.
+    #[default]
+    AvgLogprob,
+    /// Mean gap to the best alternative token.
+    Margin,
+}
+
+/// Escalation order of a confidence looper.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawOrder {
+    /// `modelRefs` order.
+    #[default]
+    Declared,
+    /// Cheapest expected cost first (needs `pricing`).
+    Cost,
+}
+
+/// What a looper does when a tentative call fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawLooperOnError {
+    /// Try the next model.
+    #[default]
+    Skip,
+    /// Fail the request.
+    Fail,
+    /// Forward to the last model.
+    Fallback,
+}
+
+fn default_looper_max_tokens() -> u64 {
+    512
+}
+
+fn default_per_call_ms() -> u64 {
+    20_000
+}
+
+fn default_total_ms() -> u64 {
+    60_000
+}

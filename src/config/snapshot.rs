@@ -31,6 +31,8 @@ pub struct Server {
     pub max_body_bytes: u64,
     /// Whether `GET /v1/models` lists concrete models after the identities.
     pub list_models: bool,
+    /// Envoy's internal listener for loopers' sub-requests (read at start).
+    pub internal_url: String,
 }
 
 /// Price per million tokens.
@@ -176,6 +178,45 @@ pub struct Decision {
     pub algorithm: Algorithm,
     /// What the embedding algorithms compare the query with.
     pub vectors: DecisionVectors,
+    /// A multi-model recipe run instead of one pick.
+    pub looper: Option<Looper>,
+}
+
+/// What a looper does when a tentative call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCallError {
+    /// Try the next model.
+    Skip,
+    /// Fail the request.
+    Fail,
+    /// Forward to the last model.
+    Fallback,
+}
+
+/// A bounded multi-model recipe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Looper {
+    /// Cheapest first, escalating until an answer is confident.
+    Confidence(ConfidenceLooper),
+}
+
+/// The confidence cascade's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfidenceLooper {
+    /// How confidence is measured.
+    pub measure: crate::llm::logprobs::Measure,
+    /// Confidence an answer needs.
+    pub threshold: f64,
+    /// Candidate indices in escalation order; the last is forwarded when none is confident.
+    pub order: Vec<usize>,
+    /// Cap on `max_tokens` of the tentative calls.
+    pub max_tokens: u64,
+    /// Deadline of one tentative call.
+    pub per_call: std::time::Duration,
+    /// Deadline of all tentative calls.
+    pub total: std::time::Duration,
+    /// What a failed tentative call does.
+    pub on_error: OnCallError,
 }
 
 /// Embedded at load for `knn`, `router_dc` and `hybrid`; empty for the other algorithms.
@@ -231,6 +272,9 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     /// The shared sentence encoder, when `inference.encoder` is configured.
     pub encoder: Option<Arc<EncoderHandle>>,
+    /// The longest looper deadline of any decision, when some decision runs a looper: the body
+    /// phase then first asks Envoy for that much time.
+    pub looper_budget: Option<std::time::Duration>,
     /// Whether some decision's algorithm reads response latency or token counts: forwarded
     /// responses are then observed to their end.
     pub observe_responses: bool,

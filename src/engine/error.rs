@@ -5,6 +5,9 @@ use super::Reply;
 use crate::llm::error_body::openai_error;
 use crate::llm::RequestError;
 
+/// Deepest sub-request nesting accepted (a looper's call is depth 1).
+pub const MAX_DEPTH: u32 = 2;
+
 /// Whose fault a refusal is; decides the log level and the metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -70,6 +73,20 @@ pub enum RouteError {
         /// Why.
         reason: String,
     },
+    /// A looper's sub-request failed and its `onError` is `fail`.
+    #[error("the multi-model recipe failed: {model} {reason}")]
+    LooperFailed {
+        /// The model whose call failed.
+        model: String,
+        /// Why.
+        reason: String,
+    },
+    /// A request carried mom-router's internal headers without the process's token.
+    #[error("internal sub-request headers without a valid token")]
+    InternalAuth,
+    /// Sub-requests nested deeper than mom-router allows.
+    #[error("sub-request depth {0} exceeds the limit of {limit}", limit = MAX_DEPTH)]
+    TooDeep(u32),
     /// Envoy delivered the request in a way mom-router cannot route safely.
     #[error("mom-router cannot route this request: {0}")]
     Protocol(&'static str),
@@ -91,6 +108,9 @@ impl RouteError {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::SignalUnavailable { .. } => "signal_unavailable",
             Self::PolicyUnavailable { .. } => "policy_unavailable",
+            Self::LooperFailed { .. } => "looper_failed",
+            Self::InternalAuth => "internal_auth_failed",
+            Self::TooDeep(_) => "loop_detected",
             Self::Protocol(_) => "router_misconfigured",
         }
     }
@@ -98,9 +118,12 @@ impl RouteError {
     /// Whose fault it is.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::Protocol(_) | Self::SignalUnavailable { .. } | Self::PolicyUnavailable { .. } => {
-                Fault::Internal
-            }
+            Self::Protocol(_)
+            | Self::SignalUnavailable { .. }
+            | Self::PolicyUnavailable { .. }
+            | Self::LooperFailed { .. }
+            | Self::TooDeep(_) => Fault::Internal,
+            Self::InternalAuth => Fault::Client,
             Self::BadRequest(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
@@ -120,6 +143,9 @@ impl RouteError {
                 (503, "server_error")
             }
             Self::Protocol(_) => (500, "server_error"),
+            Self::LooperFailed { .. } => (502, "server_error"),
+            Self::InternalAuth => (403, "invalid_request_error"),
+            Self::TooDeep(_) => (508, "server_error"),
         };
         let mut headers = Vec::new();
         if let Self::MethodNotAllowed { allowed, .. } = self {

@@ -4,20 +4,22 @@
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
 mod error;
+mod looper;
 mod models;
 mod select;
 mod session;
 mod trace;
 
-pub use error::{Fault, RouteError};
+pub use error::{Fault, RouteError, MAX_DEPTH};
+pub use looper::{LooperTrace, Step};
 pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use session::SessionTrace;
 pub use trace::Trace;
 
-use crate::config::{Fallback, Identity, Model, Policy, Snapshot};
+use crate::config::{Decision, Fallback, Identity, Looper, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
-use crate::llm::{ChatRequest, Headers};
+use crate::llm::{ChatRequest, Headers, LlmClient};
 use crate::selection::{request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
 use crate::signals::{Input, Needs, Neural, OnError, SignalKind};
@@ -78,6 +80,26 @@ pub struct Routed {
     pub trace: Trace,
 }
 
+/// What the pipeline reads and calls besides the snapshot: learned state, and the client for
+/// loopers' sub-requests (absent offline, where loopers are planned but not run).
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// Statistics, run ids, session pins.
+    pub state: Arc<StateStore>,
+    /// Sub-requests through Envoy's internal listener.
+    pub client: Option<LlmClient>,
+}
+
+impl Services {
+    /// In-process state and no client: `explain`, tests, benchmarks.
+    pub fn offline(snapshot: &Snapshot) -> Self {
+        Self {
+            state: Arc::new(StateStore::new(snapshot.state.clone())),
+            client: None,
+        }
+    }
+}
+
 /// The chat-completions path.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
 /// The model-list path.
@@ -119,14 +141,18 @@ pub fn on_request_headers(
     }
 }
 
-/// Routes a complete chat-completion body. `state` holds the statistics learning and measuring
-/// algorithms read.
+/// Routes a complete chat-completion body.
 pub async fn on_request_body(
     snapshot: &Snapshot,
-    state: &StateStore,
+    services: &Services,
     headers: &Headers,
     body: &[u8],
 ) -> Routed {
+    let state = services.state.as_ref();
+    let depth = match sub_request_depth(services, headers) {
+        Ok(depth) => depth,
+        Err(error) => return refusal(snapshot, error),
+    };
     let limit = snapshot.server.max_body_bytes;
     if body.len() as u64 > limit {
         return refusal(
@@ -150,7 +176,30 @@ pub async fn on_request_body(
             body,
         };
         return match route_identity(&context, identity, &request, &neural) {
-            Ok((mut trace, chosen)) => {
+            Ok((mut trace, chosen, decision)) => {
+                let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
+                if let (Some((decision, Looper::Confidence(looper))), Some(client), 0) =
+                    (looper, &services.client, depth)
+                {
+                    let ended = looper::confidence_cascade(
+                        snapshot, client, decision, looper, &request, &mut trace,
+                    )
+                    .await;
+                    return match ended {
+                        Ok(looper::Ending::Answer(reply)) => Routed {
+                            action: Action::Respond(reply),
+                            trace,
+                        },
+                        Ok(looper::Ending::Forward(model)) => {
+                            forward(trace, request, &snapshot.models[model])
+                        }
+                        Err(error) => {
+                            let mut refused = refusal(snapshot, error);
+                            refused.trace.looper = trace.looper;
+                            refused
+                        }
+                    };
+                }
                 let model = session::continue_session(
                     snapshot, state, identity, headers, &request, &mut trace, chosen,
                 )
@@ -254,13 +303,36 @@ struct Context<'a> {
     body: &'a [u8],
 }
 
-/// Runs the identity's signals and decisions; returns the evidence and the chosen model index.
-fn route_identity(
-    context: &Context<'_>,
-    identity: &Identity,
+/// The depth of a sub-request carrying mom-router's internal headers (0 for a client request);
+/// the headers without the process's token, or too deep a nesting, are refused.
+fn sub_request_depth(services: &Services, headers: &Headers) -> Result<u32, RouteError> {
+    let token = headers.get(crate::llm::client::TOKEN_HEADER);
+    let depth = headers.get(crate::llm::client::DEPTH_HEADER);
+    if token.is_none() && depth.is_none() {
+        return Ok(0);
+    }
+    let expected = services.client.as_ref().map(LlmClient::token);
+    match (token, expected) {
+        (Some(token), Some(expected)) if crate::llm::client::token_matches(token, expected) => {}
+        _ => return Err(RouteError::InternalAuth),
+    }
+    let depth = depth
+        .and_then(|d| d.trim().parse::<u32>().ok())
+        .ok_or(RouteError::InternalAuth)?;
+    if depth > MAX_DEPTH {
+        return Err(RouteError::TooDeep(depth));
+    }
+    Ok(depth)
+}
+
+/// Runs the identity's signals and decisions; returns the evidence, the chosen model index and
+/// the decision that chose it (none for the identity's default).
+fn route_identity<'s>(
+    context: &Context<'s>,
+    identity: &'s Identity,
     request: &ChatRequest,
     neural: &Neural,
-) -> Result<(Trace, usize), RouteError> {
+) -> Result<(Trace, usize, Option<&'s Decision>), RouteError> {
     let Context {
         snapshot,
         state,
@@ -333,7 +405,7 @@ fn route_identity(
         (None, Fallback::Default(model)) => {
             trace.algorithm = Algorithm::Static.name();
             trace.selection_reason = "no decision matched: the identity's default model".to_owned();
-            return Ok((trace, *model));
+            return Ok((trace, *model, None));
         }
     };
     let selection = select::choose(
@@ -356,7 +428,7 @@ fn route_identity(
         .map(|(c, s)| (snapshot.models[c.model].name.clone(), *s))
         .collect();
     let model_index = decision.candidates[selection.chosen].model;
-    Ok((trace, model_index))
+    Ok((trace, model_index, Some(decision)))
 }
 
 fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {

@@ -38,8 +38,8 @@ fn chat(model: &str, text: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-fn fresh() -> StateStore {
-    StateStore::new(crate::state::Settings::default())
+fn fresh() -> Services {
+    Services::offline(&snapshot())
 }
 
 fn post() -> Headers {
@@ -262,14 +262,14 @@ decisions:
 "#,
     )
     .unwrap();
-    let state = fresh();
+    let state = Services::offline(&s);
     let body = chat("mom/auto", "summarise this");
     // Unobserved, both are assumed to write 256 tokens: output price decides.
     let cold = on_request_body(&s, &state, &post(), &body).await;
     assert_eq!(forward_of(&cold).model, "cheap-output");
     // wordy-cheap-input turns out to answer in two tokens: now its cheap input wins.
     for _ in 0..3 {
-        state.observe(
+        state.state.observe(
             "wordy-cheap-input",
             crate::state::Observation {
                 timing: crate::state::Timing {
@@ -289,4 +289,35 @@ decisions:
         .trace
         .selection_reason
         .starts_with("cheapest expected cost"));
+}
+
+#[tokio::test]
+async fn internal_headers_need_the_process_token_and_a_bounded_depth() {
+    let s = snapshot();
+    let services = Services {
+        client: Some(LlmClient::new("http://127.0.0.1:9", "a".repeat(32))),
+        ..Services::offline(&s)
+    };
+    let with = |token: &str, depth: &str| {
+        Headers::new(vec![
+            (":method".to_owned(), "POST".to_owned()),
+            (":path".to_owned(), CHAT_PATH.to_owned()),
+            ("x-mom-internal-token".to_owned(), token.to_owned()),
+            ("x-mom-depth".to_owned(), depth.to_owned()),
+        ])
+    };
+    let body = chat("mom/auto", "hello there");
+    let spoofed = on_request_body(&s, &services, &with(&"b".repeat(32), "1"), &body).await;
+    assert_eq!(reply_of(&spoofed).0, 403);
+    assert_eq!(
+        reply_of(&spoofed).1["error"]["code"],
+        "internal_auth_failed"
+    );
+    let deep = on_request_body(&s, &services, &with(&"a".repeat(32), "3"), &body).await;
+    assert_eq!(reply_of(&deep).0, 508);
+    let inside = on_request_body(&s, &services, &with(&"a".repeat(32), "1"), &body).await;
+    assert_eq!(forward_of(&inside).model, "small");
+    // Offline (no client, no token) every internal header is refused.
+    let offline = on_request_body(&s, &fresh(), &with(&"a".repeat(32), "1"), &body).await;
+    assert_eq!(reply_of(&offline).0, 403);
 }

@@ -1,7 +1,7 @@
 //! The evidence behind one routing outcome, shown by `explain`, response headers, Envoy dynamic
 //! metadata and metrics.
 
-use super::{Fault, SessionTrace};
+use super::{Fault, LooperTrace, SessionTrace};
 use crate::config::Snapshot;
 use crate::signals::SignalResult;
 
@@ -28,6 +28,8 @@ pub struct Trace {
     pub run_id: Option<String>,
     /// What session continuity did, when the request named a session.
     pub session: Option<SessionTrace>,
+    /// What a looper did, when the decision ran one.
+    pub looper: Option<LooperTrace>,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -52,6 +54,7 @@ impl Trace {
             selection_reason: String::new(),
             run_id: None,
             session: None,
+            looper: None,
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),
@@ -86,6 +89,11 @@ impl Trace {
             headers.push(("x-mom-session", session.status.to_owned()));
             headers.push(("x-mom-session-reason", session.reason.clone()));
         }
+        if let Some(looper) = &self.looper {
+            headers.push(("x-mom-looper", looper.kind.to_owned()));
+            headers.push(("x-mom-looper-calls", looper.steps.len().to_string()));
+            headers.push(("x-mom-looper-steps", self.looper_label()));
+        }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
         }
@@ -100,6 +108,22 @@ impl Trace {
             .map(|(model, score)| format!("{model}={score:.4}"))
             .collect();
         pairs.join(",")
+    }
+
+    /// `model:outcome[:confidence]` per tentative call, comma-separated.
+    pub fn looper_label(&self) -> String {
+        let Some(looper) = &self.looper else {
+            return String::new();
+        };
+        let steps: Vec<String> = looper
+            .steps
+            .iter()
+            .map(|s| match s.confidence {
+                Some(c) => format!("{}:{}:{c:.3}", s.model, s.outcome),
+                None => format!("{}:{}", s.model, s.outcome),
+            })
+            .collect();
+        steps.join(",")
     }
 
     /// The decision name, or `none` when no decision matched.

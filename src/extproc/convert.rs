@@ -80,6 +80,10 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
             string(&trace.selection_reason),
         );
     }
+    if let Some(looper) = &trace.looper {
+        fields.insert("looper".to_owned(), string(looper.kind));
+        fields.insert("looper_steps".to_owned(), string(&trace.looper_label()));
+    }
     if let Some(session) = &trace.session {
         fields.insert("session".to_owned(), string(session.status));
         fields.insert("session_reason".to_owned(), string(&session.reason));
@@ -101,6 +105,18 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
         },
     );
     Struct { fields: namespaces }
+}
+
+/// A reply that only extends Envoy's timer for the current message (up to the filter's
+/// `max_message_timeout`), sent before a looper's sub-requests.
+pub fn extend_timeout(by: std::time::Duration) -> ProcessingResponse {
+    ProcessingResponse {
+        override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: by.as_secs() as i64,
+            nanos: by.subsec_nanos() as i32,
+        }),
+        ..Default::default()
+    }
 }
 
 /// Continue with the request headers unchanged.
@@ -142,7 +158,14 @@ pub fn forward(forward: Forward, trace: &Trace) -> ProcessingResponse {
 
 /// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
 pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
-    let mut set_headers = vec![set_header("content-type", "application/json")];
+    let typed = reply
+        .headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+    let mut set_headers = Vec::new();
+    if !typed {
+        set_headers.push(set_header("content-type", "application/json"));
+    }
     set_headers.extend(reply.headers.iter().map(|(k, v)| set_header(k, v)));
     set_headers.extend(
         trace

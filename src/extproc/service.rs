@@ -3,8 +3,8 @@
 
 use super::stream::StreamState;
 use crate::config::ConfigStore;
+use crate::engine::Services;
 use crate::observability::Metrics;
-use crate::state::StateStore;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     external_processor_server::{ExternalProcessor, ExternalProcessorServer},
     ProcessingRequest, ProcessingResponse,
@@ -23,16 +23,16 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub struct ExtProcService {
     store: Arc<ConfigStore>,
     metrics: Arc<Metrics>,
-    state: Arc<StateStore>,
+    services: Services,
 }
 
 impl ExtProcService {
-    /// A service reading policy from `store` and statistics from `state`.
-    pub fn new(store: Arc<ConfigStore>, metrics: Arc<Metrics>, state: Arc<StateStore>) -> Self {
+    /// A service reading policy from `store`, with `services` for state and sub-requests.
+    pub fn new(store: Arc<ConfigStore>, metrics: Arc<Metrics>, services: Services) -> Self {
         Self {
             store,
             metrics,
-            state,
+            services,
         }
     }
 
@@ -67,7 +67,7 @@ impl ExternalProcessor for ExtProcService {
         let state = StreamState::new(
             self.store.snapshot(),
             self.metrics.clone(),
-            self.state.clone(),
+            self.services.clone(),
         );
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
@@ -76,6 +76,9 @@ impl ExternalProcessor for ExtProcService {
         let replies = futures_util::stream::unfold(
             (inbound, state, active),
             |(mut inbound, mut state, active)| async move {
+                if let Some(reply) = state.resume().await {
+                    return Some((Ok(reply), (inbound, state, active)));
+                }
                 loop {
                     match inbound.next().await? {
                         Ok(message) => {

@@ -2,6 +2,7 @@
 
 use super::convert;
 use crate::config::Snapshot;
+use crate::engine::Services;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
@@ -9,21 +10,27 @@ use crate::observability::metrics::{
 };
 use crate::observability::Metrics;
 use crate::signals::estimate_tokens;
-use crate::state::{now_ms, Observation, Run, StateStore, Timing};
+use crate::state::{now_ms, Observation, Run, Timing};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Time added to a looper's deadline when asking Envoy to wait, for routing and rewriting.
+const LOOPER_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// State of one HTTP request as it moves through the phases.
 pub struct StreamState {
     snapshot: Arc<Snapshot>,
     metrics: Arc<Metrics>,
-    state: Arc<StateStore>,
+    services: Services,
     headers: Headers,
     /// Set once the request was forwarded: the evidence, the chosen model and stream flag.
     forwarded: Option<Forwarded>,
+    /// A complete request body held while Envoy is asked for more time (policies with loopers):
+    /// routed by [`StreamState::resume`] before the next message is read.
+    pending_body: Option<HttpBody>,
 }
 
 struct Forwarded {
@@ -39,14 +46,29 @@ struct Forwarded {
 
 impl StreamState {
     /// A new stream reading one snapshot for its whole life.
-    pub fn new(snapshot: Arc<Snapshot>, metrics: Arc<Metrics>, state: Arc<StateStore>) -> Self {
+    pub fn new(snapshot: Arc<Snapshot>, metrics: Arc<Metrics>, services: Services) -> Self {
         Self {
             snapshot,
             metrics,
-            state,
+            services,
             headers: Headers::default(),
             forwarded: None,
+            pending_body: None,
         }
+    }
+
+    /// Routes a body held back by [`StreamState::handle`]; `None` when nothing is held.
+    pub async fn resume(&mut self) -> Option<ProcessingResponse> {
+        let body = self.pending_body.take()?;
+        let started = Instant::now();
+        let response = self.on_request_body(body).await;
+        self.metrics
+            .phase_seconds
+            .get_or_create(&PhaseLabels {
+                phase: "request_body",
+            })
+            .observe(started.elapsed().as_secs_f64());
+        Some(response)
     }
 
     /// Handles one message from Envoy. `None` when the message carries no phase (nothing to
@@ -55,7 +77,14 @@ impl StreamState {
         let started = Instant::now();
         let (phase, response) = match message.request? {
             Request::RequestHeaders(h) => ("request_headers", self.on_request_headers(h)),
-            Request::RequestBody(b) => ("request_body", self.on_request_body(b).await),
+            Request::RequestBody(b) => match self.snapshot.looper_budget {
+                // A looper may run: ask Envoy for its deadline first, route on the next poll.
+                Some(budget) if b.end_of_stream => {
+                    self.pending_body = Some(b);
+                    return Some(convert::extend_timeout(budget + LOOPER_MARGIN));
+                }
+                _ => ("request_body", self.on_request_body(b).await),
+            },
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
             Request::ResponseBody(b) => ("response_body", self.on_response_body(&b)),
             Request::RequestTrailers(_) => {
@@ -95,7 +124,7 @@ impl StreamState {
             });
         }
         let routed =
-            engine::on_request_body(&self.snapshot, &self.state, &self.headers, &message.body)
+            engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body)
                 .await;
         let estimated_prompt_tokens = crate::llm::ChatRequest::parse(&message.body)
             .map_or(0, |request| estimate_tokens(&request));
@@ -134,7 +163,7 @@ impl StreamState {
                     "routed"
                 );
                 let run_id = format!("{:032x}", rand::random::<u128>());
-                self.state.remember_run(
+                self.services.state.remember_run(
                     run_id.clone(),
                     Run {
                         identity: trace.identity.clone().unwrap_or_default(),
@@ -242,7 +271,7 @@ impl StreamState {
         let ttft_ms = forwarded
             .first_chunk
             .map_or(total_ms, |first| ms(first.duration_since(forwarded_at)));
-        self.state.observe(
+        self.services.state.observe(
             &forwarded.model,
             Observation {
                 timing: Timing {

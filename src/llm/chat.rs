@@ -112,6 +112,11 @@ impl ChatRequest {
         Value::Object(object).to_string().into_bytes()
     }
 
+    /// The whole request object, every field as the client sent it.
+    pub fn object(&self) -> &Map<String, Value> {
+        &self.object
+    }
+
     /// The completion-token cap the client asked for (`max_completion_tokens`, else
     /// `max_tokens`), when it is a positive integer.
     pub fn max_tokens(&self) -> Option<u64> {

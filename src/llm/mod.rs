@@ -1,11 +1,15 @@
 //! OpenAI wire types as the pipeline sees them: the chat-completion request, the request's HTTP
-//! headers, and the OpenAI-style error body. Pure data and parsing, no I/O.
+//! headers, the OpenAI-style error body, token usage and log-probabilities; and the one outbound
+//! seam, the client for sub-requests through Envoy's internal listener.
 
 pub mod chat;
+pub mod client;
 pub mod error_body;
 pub mod headers;
+pub mod logprobs;
 pub mod usage;
 
 pub use chat::{ChatRequest, Message, RequestError};
+pub use client::{CallError, LlmClient, SubReply};
 pub use headers::Headers;
 pub use usage::{Usage, UsageScanner};

@@ -33,6 +33,10 @@ pub struct FakeBackend {
     pub seen: Arc<Mutex<Vec<Seen>>>,
     /// Milliseconds to wait before answering a chat request (settable while serving).
     pub delay_ms: Arc<AtomicU64>,
+    /// Log-probability reported for every token when a request asks for `logprobs` (f64 bits).
+    pub logprob_bits: Arc<AtomicU64>,
+    /// When non-zero, every chat request is answered with this status and an error body.
+    pub fail_status: Arc<AtomicU64>,
 }
 
 impl FakeBackend {
@@ -43,7 +47,15 @@ impl FakeBackend {
             chunk_pause: Duration::from_millis(150),
             seen: Arc::new(Mutex::new(Vec::new())),
             delay_ms: Arc::new(AtomicU64::new(0)),
+            logprob_bits: Arc::new(AtomicU64::new((-0.05f64).to_bits())),
+            fail_status: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Sets the per-token log-probability this backend reports.
+    pub fn set_logprob(&self, logprob: f64) {
+        self.logprob_bits
+            .store(logprob.to_bits(), Ordering::Relaxed);
     }
 
     /// The routes.
@@ -82,6 +94,11 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
+    let fail = backend.fail_status.load(Ordering::Relaxed);
+    if fail > 0 {
+        let status = StatusCode::from_u16(fail as u16).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, "fake backend: failing on purpose").into_response();
+    }
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "fake backend: body is not JSON").into_response();
     };
@@ -99,11 +116,23 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
     let stream = request["stream"].as_bool().unwrap_or(false);
     let tag = [("x-fake-backend", backend.name.clone())];
     if !stream {
-        let reply = json!({
+        let mut reply = json!({
             "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
         });
+        if request["logprobs"].as_bool() == Some(true) {
+            let logprob = f64::from_bits(backend.logprob_bits.load(Ordering::Relaxed));
+            let content: Vec<Value> = text
+                .split(' ')
+                .map(|word| {
+                    json!({"token": word, "logprob": logprob,
+                           "top_logprobs": [{"token": word, "logprob": logprob},
+                                            {"token": "~", "logprob": logprob - 1.0}]})
+                })
+                .collect();
+            reply["choices"][0]["logprobs"] = json!({"content": content});
+        }
         return (tag, json_response(reply)).into_response();
     }
     let words: Vec<String> = text.split(' ').map(|w| format!("{w} ")).collect();

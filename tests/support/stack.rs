@@ -80,7 +80,10 @@ impl Stack {
         let mut replica = None;
         let (sidecar, envoy) = match mode {
             Mode::Tcp(config) => {
-                let sidecar = Sidecar::start(config, 0).await;
+                // Loopers reach Envoy's internal listener wherever the test put it.
+                let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
+                let config = config.replace("http://127.0.0.1:10001", &internal);
+                let sidecar = Sidecar::start(&config, 0).await;
                 ports.insert(envoy::SIDECAR, sidecar.grpc_port());
                 (Some(sidecar), Envoy::start(ports).await)
             }

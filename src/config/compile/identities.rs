@@ -356,6 +356,7 @@ fn objective_decision(
         candidates,
         algorithm,
         vectors,
+        looper: None,
     })
 }
 

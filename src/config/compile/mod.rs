@@ -5,6 +5,7 @@
 mod algorithms;
 mod heads;
 mod identities;
+mod loopers;
 mod models;
 mod projections;
 mod signals;
@@ -24,6 +25,8 @@ use std::path::Path;
 pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50051";
 /// Default admin address.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9190";
+/// Default address of Envoy's internal listener.
+pub const DEFAULT_INTERNAL_URL: &str = "http://127.0.0.1:10001";
 /// Default request body limit (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 
@@ -144,7 +147,16 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             || identity.bounds.max_cost.is_some()
             || matches!(&identity.fallback, Fallback::Objective(d) if d.algorithm.observes_responses())
     });
+    let looper_budget = decisions
+        .iter()
+        .filter_map(|d| {
+            d.looper
+                .as_ref()
+                .map(|crate::config::Looper::Confidence(c)| c.total)
+        })
+        .max();
     Some(Snapshot {
+        looper_budget,
         observe_responses: identities_observe
             || decisions.iter().any(|d| d.algorithm.observes_responses()),
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
@@ -225,6 +237,15 @@ fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
         None => parse_addr(&grpc, "server.grpcListen", errors).map(Listen::Tcp),
     };
     let admin_listen = parse_addr(&admin, "server.adminListen", errors);
+    if let Some(url) = server.and_then(|s| s.internal_url.as_deref()) {
+        let host = url.strip_prefix("http://").unwrap_or("");
+        if host.is_empty() || host.contains('/') && !host.ends_with('/') {
+            errors.push(
+                "server.internalUrl",
+                format!("{url:?} is not an http://HOST:PORT address of Envoy's internal listener"),
+            );
+        }
+    }
     if max_body_bytes == 0 {
         errors.push("server.maxBodyBytes", "must be greater than 0");
     }
@@ -233,6 +254,9 @@ fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
         admin_listen: admin_listen?,
         max_body_bytes,
         list_models: server.and_then(|s| s.list_models).unwrap_or(true),
+        internal_url: server
+            .and_then(|s| s.internal_url.clone())
+            .unwrap_or_else(|| DEFAULT_INTERNAL_URL.to_owned()),
     })
 }
 

@@ -3,6 +3,7 @@
 use super::algorithms::compile_algorithm;
 use super::heads;
 use super::known_names;
+use super::loopers::compile_looper;
 use crate::config::error::Errors;
 use crate::config::raw::{
     RawAggregate, RawDecision, RawExemplar, RawKeywordOperator, RawOnError, RawRule, RawScope,
@@ -419,6 +420,18 @@ pub(super) fn compile_decisions(
                 )
             })
             .flatten();
+        let looper = match &decision.looper {
+            Some(raw) if complete => {
+                match compile_looper(raw, &path, &candidates, compiled_models, errors) {
+                    Some(looper) => Some(looper),
+                    None => {
+                        decisions.push(None);
+                        continue;
+                    }
+                }
+            }
+            _ => None,
+        };
         let Some((algorithm, vectors)) = algorithm else {
             decisions.push(None);
             continue;
@@ -431,6 +444,7 @@ pub(super) fn compile_decisions(
             candidates,
             algorithm,
             vectors,
+            looper,
         }));
     }
     decisions

@@ -1,0 +1,98 @@
+//! `decisions[].looper` → [`Looper`]: the recipe's bounds checked, its escalation order fixed.
+
+use crate::config::error::Errors;
+use crate::config::raw::{RawLooper, RawLooperOnError, RawMeasure, RawOrder};
+use crate::config::snapshot::{ConfidenceLooper, Looper, Model, OnCallError};
+use crate::llm::logprobs::Measure;
+use crate::selection::Candidate;
+use std::time::Duration;
+
+pub(super) fn compile_looper(
+    raw: &RawLooper,
+    path: &str,
+    candidates: &[Candidate],
+    models: &[Option<Model>],
+    errors: &mut Errors,
+) -> Option<Looper> {
+    let path = format!("{path}.looper");
+    match raw {
+        RawLooper::Confidence {
+            measure,
+            threshold,
+            order,
+            max_tokens,
+            per_call_timeout_ms,
+            total_timeout_ms,
+            on_error,
+        } => {
+            let mut ok = true;
+            if candidates.len() < 2 {
+                errors.push(
+                    path.clone(),
+                    "a confidence cascade needs at least two modelRefs (tentative models, then the one it escalates to)",
+                );
+                ok = false;
+            }
+            if !threshold.is_finite() {
+                errors.push(format!("{path}.threshold"), "must be a number");
+                ok = false;
+            }
+            for (field, value) in [
+                ("maxTokens", *max_tokens),
+                ("perCallTimeoutMs", *per_call_timeout_ms),
+                ("totalTimeoutMs", *total_timeout_ms),
+            ] {
+                if value == 0 {
+                    errors.push(format!("{path}.{field}"), "must be greater than 0");
+                    ok = false;
+                }
+            }
+            let mut sequence: Vec<usize> = (0..candidates.len()).collect();
+            if *order == RawOrder::Cost {
+                let price = |c: &Candidate| {
+                    models
+                        .get(c.model)
+                        .and_then(Option::as_ref)
+                        .and_then(|m| m.pricing)
+                        .map(|p| p.input_per_million + p.output_per_million)
+                };
+                if let Some(missing) = candidates.iter().find(|c| price(c).is_none()) {
+                    let name = models
+                        .get(missing.model)
+                        .and_then(Option::as_ref)
+                        .map_or("?", |m| m.name.as_str());
+                    errors.push(
+                        format!("{path}.order"),
+                        format!(
+                            "order: cost reads model cost; declare `pricing` on model {name:?}"
+                        ),
+                    );
+                    ok = false;
+                } else {
+                    sequence.sort_by(|&a, &b| {
+                        let (pa, pb) = (price(&candidates[a]), price(&candidates[b]));
+                        pa.unwrap_or(0.0).total_cmp(&pb.unwrap_or(0.0))
+                    });
+                }
+            }
+            ok.then(|| {
+                Looper::Confidence(ConfidenceLooper {
+                    measure: match measure {
+                        RawMeasure::AvgLogprob => Measure::AvgLogprob,
+                        RawMeasure::Margin => Measure::Margin,
+                    },
+                    threshold: *threshold,
+                    order: sequence,
+                    max_tokens: *max_tokens,
+                    per_call: Duration::from_millis(*per_call_timeout_ms),
+                    total: Duration::from_millis(*total_timeout_ms),
+                    on_error: match on_error {
+                        RawLooperOnError::Skip => OnCallError::Skip,
+                        RawLooperOnError::Fail => OnCallError::Fail,
+                        RawLooperOnError::Fallback => OnCallError::Fallback,
+                    },
+                })
+            })
+        }
+    }
+}

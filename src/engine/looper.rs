@@ -1,0 +1,214 @@
+//! Loopers: bounded multi-model recipes a decision runs instead of one pick. The confidence
+//! cascade asks its models in escalation order through Envoy's internal listener and returns the
+//! first answer whose confidence reaches the threshold; when none does, it forwards the client's
+//! own request to the last model, so Envoy streams that answer to the client (with its retries
+//! and access log) rather than mom-router buffering it.
+
+use super::{Reply, RouteError, Trace};
+use crate::config::{ConfidenceLooper, Decision, OnCallError, Snapshot};
+use crate::llm::logprobs::confidence;
+use crate::llm::{CallError, ChatRequest, LlmClient};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// One tentative call, as `explain`, headers and metadata show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Logical model asked.
+    pub model: String,
+    /// `confident`, `unconfident`, `no_logprobs` or the error.
+    pub outcome: String,
+    /// Measured confidence, when the reply carried log-probabilities.
+    pub confidence: Option<f64>,
+    /// Call latency in milliseconds.
+    pub latency_ms: f64,
+}
+
+/// What a looper did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LooperTrace {
+    /// The recipe (`confidence`).
+    pub kind: &'static str,
+    /// Its tentative calls, in order.
+    pub steps: Vec<Step>,
+    /// Prompt and completion tokens of the tentative calls.
+    pub usage: (u64, u64),
+}
+
+/// How the recipe ended.
+pub(super) enum Ending {
+    /// A tentative answer is returned as it is.
+    Answer(Reply),
+    /// The client's request goes to this model (candidate's model index).
+    Forward(usize),
+}
+
+/// The tentative request: the client's, non-streaming, with log-probabilities asked and
+/// `max_tokens` capped.
+fn tentative_body(
+    request: &ChatRequest,
+    provider_model: &str,
+    looper: &ConfidenceLooper,
+) -> Vec<u8> {
+    let mut object = request.object().clone();
+    object.insert("model".to_owned(), json!(provider_model));
+    object.insert("stream".to_owned(), json!(false));
+    object.remove("stream_options");
+    object.insert("logprobs".to_owned(), json!(true));
+    if looper.measure == crate::llm::logprobs::Measure::Margin {
+        object.insert("top_logprobs".to_owned(), json!(2));
+    }
+    let cap = request
+        .max_tokens()
+        .map_or(looper.max_tokens, |asked| asked.min(looper.max_tokens));
+    object.remove("max_completion_tokens");
+    object.insert("max_tokens".to_owned(), json!(cap));
+    Value::Object(object).to_string().into_bytes()
+}
+
+/// Runs the confidence cascade of `decision`.
+pub(super) async fn confidence_cascade(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    decision: &Decision,
+    looper: &ConfidenceLooper,
+    request: &ChatRequest,
+    trace: &mut Trace,
+) -> Result<Ending, RouteError> {
+    let started = Instant::now();
+    let mut record = LooperTrace {
+        kind: "confidence",
+        steps: Vec::new(),
+        usage: (0, 0),
+    };
+    let (tentative, last) = looper.order.split_at(looper.order.len() - 1);
+    let escalate_to = decision.candidates[last[0]].model;
+    let mut ending = Ending::Forward(escalate_to);
+    for &candidate in tentative {
+        let model = &snapshot.models[decision.candidates[candidate].model];
+        let left = looper.total.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            record.steps.push(Step {
+                model: model.name.clone(),
+                outcome: "skipped: total deadline spent".to_owned(),
+                confidence: None,
+                latency_ms: 0.0,
+            });
+            break;
+        }
+        let body = tentative_body(request, &model.provider_model, looper);
+        let result = client
+            .chat(&model.name, body, 1, looper.per_call.min(left))
+            .await;
+        match result {
+            Ok(reply) => {
+                let usage = &reply.body["usage"];
+                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
+                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
+                let measured = confidence(&reply.body, looper.measure);
+                let confident = measured.is_some_and(|c| c >= looper.threshold);
+                record.steps.push(Step {
+                    model: model.name.clone(),
+                    outcome: match (measured, confident) {
+                        (None, _) => "no_logprobs",
+                        (Some(_), true) => "confident",
+                        (Some(_), false) => "unconfident",
+                    }
+                    .to_owned(),
+                    confidence: measured,
+                    latency_ms: reply.latency.as_secs_f64() * 1000.0,
+                });
+                if confident {
+                    let reply = answer(reply.body, request.stream, &record);
+                    ending = Ending::Answer(reply);
+                    trace.model = Some(model.name.clone());
+                    trace.provider_model = Some(model.provider_model.clone());
+                    break;
+                }
+            }
+            Err(error) => {
+                record.steps.push(Step {
+                    model: model.name.clone(),
+                    outcome: format!("error: {error}"),
+                    confidence: None,
+                    latency_ms: 0.0,
+                });
+                match looper.on_error {
+                    OnCallError::Skip => {}
+                    OnCallError::Fallback => break,
+                    OnCallError::Fail => {
+                        trace.looper = Some(record);
+                        return Err(RouteError::LooperFailed {
+                            model: model.name.clone(),
+                            reason: describe(&error),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    trace.looper = Some(record);
+    Ok(ending)
+}
+
+fn describe(error: &CallError) -> String {
+    error.to_string()
+}
+
+/// The confident tentative answer as the client's reply: JSON, or server-sent events when the
+/// client asked to stream, with the cascade's summed usage.
+fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Reply {
+    let usage = json!({
+        "prompt_tokens": record.usage.0,
+        "completion_tokens": record.usage.1,
+        "total_tokens": record.usage.0 + record.usage.1,
+    });
+    body["usage"] = usage.clone();
+    if !stream {
+        return Reply {
+            status: 200,
+            body: body.to_string().into_bytes(),
+            headers: Vec::new(),
+            code: "ok",
+        };
+    }
+    let message = &body["choices"][0]["message"];
+    let chunk = |delta: Value, finish: Value, usage: Option<&Value>| {
+        let mut chunk = json!({
+            "id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
+            "model": body["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let Some(usage) = usage {
+            chunk["usage"] = usage.clone();
+        }
+        format!("data: {chunk}\n\n")
+    };
+    let finish = body["choices"][0]["finish_reason"].clone();
+    let events = [
+        chunk(
+            json!({"role": "assistant", "content": message["content"]}),
+            Value::Null,
+            None,
+        ),
+        chunk(
+            json!({}),
+            if finish.is_null() {
+                json!("stop")
+            } else {
+                finish
+            },
+            Some(&usage),
+        ),
+        "data: [DONE]\n\n".to_owned(),
+    ];
+    Reply {
+        status: 200,
+        body: events.concat().into_bytes(),
+        headers: vec![
+            ("content-type".to_owned(), "text/event-stream".to_owned()),
+            ("cache-control".to_owned(), "no-cache".to_owned()),
+        ],
+        code: "ok",
+    }
+}

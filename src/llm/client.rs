@@ -1,0 +1,145 @@
+//! The client for mom-router's own sub-requests: chat completions sent to Envoy's internal
+//! listener, which routes on `x-selected-model` like the public one but runs no ext_proc, so
+//! Envoy keeps owning clusters, load balancing and retries. Every sub-request carries the
+//! process's internal token and the depth; the public listener strips both from clients.
+
+use std::time::{Duration, Instant};
+
+/// Header carrying the internal token.
+pub const TOKEN_HEADER: &str = "x-mom-internal-token";
+/// Header carrying the sub-request depth.
+pub const DEPTH_HEADER: &str = "x-mom-depth";
+
+/// One sub-request's answer.
+#[derive(Debug, Clone)]
+pub struct SubReply {
+    /// HTTP status.
+    pub status: u16,
+    /// The body, parsed.
+    pub body: serde_json::Value,
+    /// Wall time of the call.
+    pub latency: Duration,
+}
+
+/// Why a sub-request has no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No answer within the deadline.
+    #[error("no answer within {0} ms")]
+    Timeout(u64),
+    /// The connection failed.
+    #[error("cannot reach Envoy's internal listener: {0}")]
+    Transport(String),
+    /// A non-2xx answer.
+    #[error("upstream answered {0}")]
+    Status(u16),
+    /// A 2xx answer that is not a chat completion.
+    #[error("upstream answer is not a chat completion: {0}")]
+    Malformed(String),
+}
+
+/// Sends sub-requests to one internal listener.
+#[derive(Debug, Clone)]
+pub struct LlmClient {
+    url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl LlmClient {
+    /// A client for the internal listener at `base` (`http://127.0.0.1:10001`) signing with
+    /// `token`.
+    pub fn new(base: &str, token: String) -> Self {
+        Self {
+            url: format!("{}/v1/chat/completions", base.trim_end_matches('/')),
+            token,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The process's token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Posts `body` for logical model `model` at `depth`, waiting at most `deadline`.
+    pub async fn chat(
+        &self,
+        model: &str,
+        body: Vec<u8>,
+        depth: u32,
+        deadline: Duration,
+    ) -> Result<SubReply, CallError> {
+        let started = Instant::now();
+        let send = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("x-selected-model", model)
+            .header(TOKEN_HEADER, &self.token)
+            .header(DEPTH_HEADER, depth.to_string())
+            .body(body)
+            .send();
+        let read = async {
+            let response = send
+                .await
+                .map_err(|e| CallError::Transport(e.to_string()))?;
+            let status = response.status().as_u16();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| CallError::Transport(e.to_string()))?;
+            if !(200..300).contains(&status) {
+                return Err(CallError::Status(status));
+            }
+            let body: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
+            if body["choices"][0]["message"].is_null() {
+                return Err(CallError::Malformed("no choices[0].message".to_owned()));
+            }
+            Ok(SubReply {
+                status,
+                body,
+                latency: started.elapsed(),
+            })
+        };
+        match tokio::time::timeout(deadline, read).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(deadline.as_millis() as u64)),
+        }
+    }
+}
+
+/// A fresh random token for this process.
+pub fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Compares a presented token with the expected one in time independent of where they differ.
+pub fn token_matches(presented: &str, expected: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), expected.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        let token = new_token();
+        assert_eq!(token.len(), 32);
+        assert!(token_matches(&token, &token.clone()));
+        assert!(!token_matches(&token[..31], &token));
+        let mut wrong = token.clone().into_bytes();
+        wrong[0] = if wrong[0] == b'a' { b'b' } else { b'a' };
+        assert!(!token_matches(
+            std::str::from_utf8(&wrong).unwrap_or(""),
+            &token
+        ));
+        assert_ne!(new_token(), token);
+    }
+}

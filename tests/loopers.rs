@@ -1,0 +1,194 @@
+//! The confidence cascade through the real Envoy: tentative calls go through Envoy's internal
+//! listener with the internal token; a confident cheap answer comes back at once (JSON or SSE);
+//! otherwise the client's own request is forwarded to the last model and streamed by Envoy.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use support::stack::{header, Stack};
+
+fn policy(on_error: &str) -> String {
+    format!(
+        r#"
+version: loopers-test
+server: {{internalUrl: "http://127.0.0.1:10001"}}
+models:
+  - {{name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct}}
+  - {{name: gemma3-270m, providerModel: gemma-3-270m}}
+identities:
+  - {{name: mom/auto, defaultModel: smollm2-135m}}
+signals:
+  - {{name: anything, type: context_length, minTokens: 0}}
+decisions:
+  - name: cascade
+    rules: {{signal: anything}}
+    modelRefs: [{{model: smollm2-135m}}, {{model: qwen2.5-coder-0.5b}}, {{model: gemma3-270m}}]
+    looper: {{type: confidence, threshold: -0.5, maxTokens: 64, perCallTimeoutMs: 2000, onError: {on_error}}}
+"#
+    )
+}
+
+fn ask(text: &str, stream: bool) -> Value {
+    json!({"model": "mom/auto", "stream": stream, "max_tokens": 300,
+           "messages": [{"role": "user", "content": text}]})
+}
+
+fn seen(stack: &Stack, model: &str) -> Vec<Value> {
+    stack.backends[model]
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut body: Value = serde_json::from_slice(&s.body).unwrap();
+            let get = |name: &str| {
+                s.headers
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            };
+            body["_token"] = json!(get("x-mom-internal-token"));
+            body["_depth"] = json!(get("x-mom-depth"));
+            body
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confident_cheap_answer_is_returned_without_calling_the_others() {
+    let stack = Stack::start_with_config(&policy("skip")).await;
+    let response = stack
+        .chat(&ask("what is two plus two", false), "conf")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-response-path"), "immediate");
+    assert_eq!(header(&response, "x-mom-looper"), "confidence");
+    assert_eq!(header(&response, "x-mom-looper-calls"), "1");
+    assert!(header(&response, "x-mom-looper-steps").starts_with("smollm2-135m:confident:-0.050"));
+    let body: Value = response.json().await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("[fake backend smollm2-135m]"), "{text}");
+    assert_eq!(body["usage"]["completion_tokens"], 7);
+    // The tentative call went through Envoy's internal listener, signed, capped, with logprobs.
+    let calls = seen(&stack, "smollm2-135m");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["logprobs"], true);
+    assert_eq!(calls[0]["stream"], false);
+    assert_eq!(calls[0]["max_tokens"], 64);
+    assert_eq!(calls[0]["model"], "SmolLM2-135M-Instruct");
+    assert_eq!(calls[0]["_depth"], "1");
+    assert_eq!(calls[0]["_token"].as_str().unwrap().len(), 32);
+    assert!(
+        seen(&stack, "qwen2.5-coder-0.5b").is_empty() && seen(&stack, "gemma3-270m").is_empty()
+    );
+    // A streaming client gets the same answer as server-sent events.
+    let response = stack
+        .chat(&ask("what is two plus two", true), "conf-sse")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "content-type"), "text/event-stream");
+    let text = response.text().await.unwrap();
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"), "{text}");
+    let first: Value = serde_json::from_str(events[0].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(first["object"], "chat.completion.chunk");
+    assert!(first["choices"][0]["delta"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("[fake backend smollm2-135m]"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconfident_answers_escalate_and_the_last_model_streams_through_envoy() {
+    let stack = Stack::start_with_config(&policy("skip")).await;
+    stack.backends["smollm2-135m"].set_logprob(-2.0);
+    stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
+    let started = Instant::now();
+    let mut response = stack
+        .chat(&ask("prove the theorem", true), "escalate")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-response-path"), "upstream");
+    assert_eq!(header(&response, "x-mom-model"), "gemma3-270m");
+    assert_eq!(header(&response, "x-mom-looper-calls"), "2");
+    let steps = header(&response, "x-mom-looper-steps");
+    assert!(
+        steps.contains("smollm2-135m:unconfident:-2.000")
+            && steps.contains("qwen2.5-coder-0.5b:unconfident:-1.500"),
+        "{steps}"
+    );
+    // Chunk by chunk: the fake pauses 200 ms between chunks and Envoy passes each on.
+    let mut arrivals = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        arrivals.push((started.elapsed(), chunk));
+    }
+    assert!(arrivals.len() >= 3, "{} chunks", arrivals.len());
+    let spread = arrivals.last().unwrap().0 - arrivals[0].0;
+    assert!(
+        spread >= Duration::from_millis(300),
+        "chunks arrived together: {spread:?}"
+    );
+    // The last model received the client's own request, not a tentative one.
+    let last = seen(&stack, "gemma3-270m");
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0]["stream"], true);
+    assert_eq!(last[0]["max_tokens"], 300);
+    assert!(last[0]["logprobs"].is_null() && last[0]["_token"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_tentative_model_is_skipped_or_fails_the_request_as_configured() {
+    let stack = Stack::start_with_config(&policy("skip")).await;
+    stack.backends["smollm2-135m"]
+        .fail_status
+        .store(500, Ordering::Relaxed);
+    let response = stack.chat(&ask("hello", false), "skip").await;
+    assert_eq!(response.status(), 200);
+    let steps = header(&response, "x-mom-looper-steps");
+    assert!(
+        steps.starts_with("smollm2-135m:error: upstream answered 500,qwen2.5-coder-0.5b:confident"),
+        "{steps}"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert!(body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("qwen2.5-coder-0.5b"));
+
+    let failing = Stack::start_with_config(&policy("fail")).await;
+    failing.backends["smollm2-135m"]
+        .fail_status
+        .store(503, Ordering::Relaxed);
+    let response = failing.chat(&ask("hello", false), "fail").await;
+    assert_eq!(response.status(), 502);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "looper_failed");
+    assert!(seen(&failing, "qwen2.5-coder-0.5b").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_pose_as_sub_requests() {
+    let stack = Stack::start_with_config(&policy("skip")).await;
+    // Envoy's public listener strips the internal headers: the request is routed as a client's,
+    // looper included, instead of being trusted as a sub-request.
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "spoof"))
+        .header("x-mom-internal-token", "0".repeat(32))
+        .header("x-mom-depth", "1")
+        .json(&ask("hello", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper"), "confidence");
+}
