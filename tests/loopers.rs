@@ -192,3 +192,63 @@ async fn clients_cannot_pose_as_sub_requests() {
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-mom-looper"), "confidence");
 }
+
+fn ratings_policy(min_successes: usize) -> String {
+    policy("skip").replace(
+        "looper: {type: confidence, threshold: -0.5, maxTokens: 64, perCallTimeoutMs: 2000, onError: skip}",
+        &format!("looper: {{type: ratings, maxConcurrent: 3, minSuccesses: {min_successes}, perCallTimeoutMs: 2000}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ratings_ensemble_asks_every_model_and_returns_the_best_scored_answer() {
+    let config = ratings_policy(2);
+    assert!(config.contains("type: ratings"));
+    let stack = Stack::start_with_config(&config).await;
+    stack.backends["smollm2-135m"].set_logprob(-2.0);
+    stack.backends["qwen2.5-coder-0.5b"].set_logprob(-0.1);
+    stack.backends["gemma3-270m"].set_logprob(-0.5);
+    for backend in stack.backends.values() {
+        backend.delay_ms.store(150, Ordering::Relaxed);
+    }
+    let started = Instant::now();
+    let response = stack
+        .chat(&ask("which answer is best", false), "ratings")
+        .await;
+    let elapsed = started.elapsed();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper"), "ratings");
+    assert_eq!(header(&response, "x-mom-looper-calls"), "3");
+    assert_eq!(header(&response, "x-mom-model"), "qwen2.5-coder-0.5b");
+    // Three 150 ms answers in parallel, not one after another.
+    assert!(elapsed < Duration::from_millis(420), "took {elapsed:?}");
+    let body: Value = response.json().await.unwrap();
+    assert!(body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("qwen2.5-coder-0.5b"));
+    assert_eq!(
+        body["usage"]["completion_tokens"], 21,
+        "usage sums the three calls"
+    );
+    for model in ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"] {
+        assert_eq!(seen(&stack, model).len(), 1, "{model}");
+    }
+    // Two failing models leave one answer: below the quorum of two.
+    stack.backends["smollm2-135m"]
+        .fail_status
+        .store(500, Ordering::Relaxed);
+    stack.backends["gemma3-270m"]
+        .fail_status
+        .store(500, Ordering::Relaxed);
+    let response = stack.chat(&ask("again", false), "quorum").await;
+    assert_eq!(response.status(), 502);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 3 models answered; 2 needed"),
+        "{error}"
+    );
+}

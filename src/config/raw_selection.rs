@@ -253,6 +253,34 @@ pub enum RawLooper {
         #[serde(default)]
         on_error: RawLooperOnError,
     },
+    /// Ask the models in parallel (at most `maxConcurrent` at once) and return the answer with
+    /// the best rating-weighted confidence: Elo weight from outcomes × the answer's mean token
+    /// probability.
+    Ratings {
+        /// Calls in flight at once (default 3).
+        #[serde(default = "default_max_concurrent")]
+        max_concurrent: usize,
+        /// Answers needed; fewer is a 502 (default 1).
+        #[serde(default = "default_min_successes")]
+        min_successes: usize,
+        /// Cap on `max_tokens` of each call (default 512).
+        #[serde(default = "default_looper_max_tokens")]
+        max_tokens: u64,
+        /// Deadline of one call in milliseconds (default 20000).
+        #[serde(default = "default_per_call_ms")]
+        per_call_timeout_ms: u64,
+        /// Deadline of all calls together in milliseconds (default 60000).
+        #[serde(default = "default_total_ms")]
+        total_timeout_ms: u64,
+    },
+}
+
+fn default_max_concurrent() -> usize {
+    3
+}
+
+fn default_min_successes() -> usize {
+    1
 }
 
 /// How a confidence looper measures an answer.

@@ -198,6 +198,33 @@ pub enum OnCallError {
 pub enum Looper {
     /// Cheapest first, escalating until an answer is confident.
     Confidence(ConfidenceLooper),
+    /// Parallel answers, the best rating-weighted one returned.
+    Ratings(RatingsLooper),
+}
+
+impl Looper {
+    /// The deadline of all its calls.
+    pub fn total(&self) -> std::time::Duration {
+        match self {
+            Self::Confidence(c) => c.total,
+            Self::Ratings(r) => r.total,
+        }
+    }
+}
+
+/// The ratings ensemble's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RatingsLooper {
+    /// Calls in flight at once.
+    pub max_concurrent: usize,
+    /// Answers needed.
+    pub min_successes: usize,
+    /// Cap on `max_tokens` of each call.
+    pub max_tokens: u64,
+    /// Deadline of one call.
+    pub per_call: std::time::Duration,
+    /// Deadline of all calls.
+    pub total: std::time::Duration,
 }
 
 /// The confidence cascade's settings.

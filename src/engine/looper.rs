@@ -43,24 +43,25 @@ pub(super) enum Ending {
     Forward(usize),
 }
 
-/// The tentative request: the client's, non-streaming, with log-probabilities asked and
-/// `max_tokens` capped.
-fn tentative_body(
+/// A sub-request: the client's request, non-streaming, with log-probabilities asked (and the
+/// best alternatives when `alternatives`) and `max_tokens` capped at `max_tokens`.
+pub(super) fn sub_request_body(
     request: &ChatRequest,
     provider_model: &str,
-    looper: &ConfidenceLooper,
+    max_tokens: u64,
+    alternatives: bool,
 ) -> Vec<u8> {
     let mut object = request.object().clone();
     object.insert("model".to_owned(), json!(provider_model));
     object.insert("stream".to_owned(), json!(false));
     object.remove("stream_options");
     object.insert("logprobs".to_owned(), json!(true));
-    if looper.measure == crate::llm::logprobs::Measure::Margin {
+    if alternatives {
         object.insert("top_logprobs".to_owned(), json!(2));
     }
     let cap = request
         .max_tokens()
-        .map_or(looper.max_tokens, |asked| asked.min(looper.max_tokens));
+        .map_or(max_tokens, |asked| asked.min(max_tokens));
     object.remove("max_completion_tokens");
     object.insert("max_tokens".to_owned(), json!(cap));
     Value::Object(object).to_string().into_bytes()
@@ -96,7 +97,8 @@ pub(super) async fn confidence_cascade(
             });
             break;
         }
-        let body = tentative_body(request, &model.provider_model, looper);
+        let margin = looper.measure == crate::llm::logprobs::Measure::Margin;
+        let body = sub_request_body(request, &model.provider_model, looper.max_tokens, margin);
         let result = client
             .chat(&model.name, body, 1, looper.per_call.min(left))
             .await;
@@ -157,7 +159,7 @@ fn describe(error: &CallError) -> String {
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the
 /// client asked to stream, with the cascade's summed usage.
-fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Reply {
+pub(super) fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Reply {
     let usage = json!({
         "prompt_tokens": record.usage.0,
         "completion_tokens": record.usage.1,

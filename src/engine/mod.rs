@@ -6,6 +6,7 @@
 mod error;
 mod looper;
 mod models;
+mod ratings;
 mod select;
 mod session;
 mod trace;
@@ -178,6 +179,25 @@ pub async fn on_request_body(
         return match route_identity(&context, identity, &request, &neural) {
             Ok((mut trace, chosen, decision)) => {
                 let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
+                if let (Some((decision, Looper::Ratings(looper))), Some(client), 0) =
+                    (looper, &services.client, depth)
+                {
+                    let ended = ratings::ratings_ensemble(
+                        snapshot, client, state, decision, looper, &request, &mut trace,
+                    )
+                    .await;
+                    return match ended {
+                        Ok(reply) => Routed {
+                            action: Action::Respond(reply),
+                            trace,
+                        },
+                        Err(error) => {
+                            let mut refused = refusal(snapshot, error);
+                            refused.trace.looper = trace.looper;
+                            refused
+                        }
+                    };
+                }
                 if let (Some((decision, Looper::Confidence(looper))), Some(client), 0) =
                     (looper, &services.client, depth)
                 {

@@ -2,7 +2,7 @@
 
 use crate::config::error::Errors;
 use crate::config::raw::{RawLooper, RawLooperOnError, RawMeasure, RawOrder};
-use crate::config::snapshot::{ConfidenceLooper, Looper, Model, OnCallError};
+use crate::config::snapshot::{ConfidenceLooper, Looper, Model, OnCallError, RatingsLooper};
 use crate::llm::logprobs::Measure;
 use crate::selection::Candidate;
 use std::time::Duration;
@@ -16,6 +16,46 @@ pub(super) fn compile_looper(
 ) -> Option<Looper> {
     let path = format!("{path}.looper");
     match raw {
+        RawLooper::Ratings {
+            max_concurrent,
+            min_successes,
+            max_tokens,
+            per_call_timeout_ms,
+            total_timeout_ms,
+        } => {
+            let mut ok = true;
+            for (field, value) in [
+                ("maxConcurrent", *max_concurrent as u64),
+                ("minSuccesses", *min_successes as u64),
+                ("maxTokens", *max_tokens),
+                ("perCallTimeoutMs", *per_call_timeout_ms),
+                ("totalTimeoutMs", *total_timeout_ms),
+            ] {
+                if value == 0 {
+                    errors.push(format!("{path}.{field}"), "must be greater than 0");
+                    ok = false;
+                }
+            }
+            if *min_successes > candidates.len() {
+                errors.push(
+                    format!("{path}.minSuccesses"),
+                    format!(
+                        "asks for {min_successes} answers from {} modelRefs",
+                        candidates.len()
+                    ),
+                );
+                ok = false;
+            }
+            ok.then(|| {
+                Looper::Ratings(RatingsLooper {
+                    max_concurrent: *max_concurrent,
+                    min_successes: *min_successes,
+                    max_tokens: *max_tokens,
+                    per_call: Duration::from_millis(*per_call_timeout_ms),
+                    total: Duration::from_millis(*total_timeout_ms),
+                })
+            })
+        }
         RawLooper::Confidence {
             measure,
             threshold,

@@ -149,11 +149,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     });
     let looper_budget = decisions
         .iter()
-        .filter_map(|d| {
-            d.looper
-                .as_ref()
-                .map(|crate::config::Looper::Confidence(c)| c.total)
-        })
+        .filter_map(|d| d.looper.as_ref().map(crate::config::Looper::total))
         .max();
     Some(Snapshot {
         looper_budget,

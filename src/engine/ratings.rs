@@ -1,0 +1,120 @@
+//! The ratings ensemble: the decision's models answer in parallel (at most `maxConcurrent` in
+//! flight, each call and the whole bounded by deadlines), and the answer with the best
+//! rating-weighted confidence is returned: weight `10^((elo − 1500) / 400)` from the Elo
+//! ratings outcomes taught this decision, times the answer's mean token probability
+//! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
+//! the request (502).
+
+use super::looper::{answer, sub_request_body, LooperTrace, Step};
+use super::{Reply, RouteError, Trace};
+use crate::config::{Decision, RatingsLooper, Snapshot};
+use crate::llm::logprobs::{confidence, Measure};
+use crate::llm::{ChatRequest, LlmClient};
+use crate::selection::ELO_START;
+use crate::state::StateStore;
+use futures_util::StreamExt;
+
+/// Runs the ensemble of `decision`; returns the reply to send.
+pub(super) async fn ratings_ensemble(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    state: &StateStore,
+    decision: &Decision,
+    looper: &RatingsLooper,
+    request: &ChatRequest,
+    trace: &mut Trace,
+) -> Result<Reply, RouteError> {
+    // Owned inputs, so the concurrent calls borrow nothing from this frame.
+    let calls: Vec<(usize, String, Vec<u8>)> = decision
+        .candidates
+        .iter()
+        .map(|candidate| {
+            let model = &snapshot.models[candidate.model];
+            let body = sub_request_body(request, &model.provider_model, looper.max_tokens, false);
+            (candidate.model, model.name.clone(), body)
+        })
+        .collect();
+    let deadline = looper.per_call.min(looper.total);
+    let results: Vec<_> = futures_util::stream::iter(calls)
+        .map(|(index, name, body)| {
+            let client = client.clone();
+            async move { (index, client.chat(&name, body, 1, deadline).await) }
+        })
+        .buffer_unordered(looper.max_concurrent)
+        // The total deadline ends the ensemble with the answers in hand.
+        .take_until(tokio::time::sleep(looper.total))
+        .collect()
+        .await;
+    let results = results
+        .into_iter()
+        .map(|(index, result)| (&snapshot.models[index], result));
+    let mut record = LooperTrace {
+        kind: "ratings",
+        steps: Vec::new(),
+        usage: (0, 0),
+    };
+    let mut best: Option<(f64, &crate::config::Model, serde_json::Value)> = None;
+    for (model, result) in results {
+        match result {
+            Ok(reply) => {
+                let usage = &reply.body["usage"];
+                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
+                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
+                let measured = confidence(&reply.body, Measure::AvgLogprob);
+                let probability = measured.map_or(0.5, f64::exp);
+                let elo = state.view(&decision.name, &model.name, None).elo;
+                let score = 10f64.powf((elo - ELO_START) / 400.0) * probability;
+                record.steps.push(Step {
+                    model: model.name.clone(),
+                    outcome: format!("answered (score {score:.3})"),
+                    confidence: measured,
+                    latency_ms: reply.latency.as_secs_f64() * 1000.0,
+                });
+                if best.as_ref().is_none_or(|(top, _, _)| score > *top) {
+                    best = Some((score, model, reply.body));
+                }
+            }
+            Err(error) => record.steps.push(Step {
+                model: model.name.clone(),
+                outcome: format!("error: {error}"),
+                confidence: None,
+                latency_ms: 0.0,
+            }),
+        }
+    }
+    // Steps in declared order, whatever order the answers came in.
+    record.steps.sort_by_key(|step| {
+        decision
+            .candidates
+            .iter()
+            .position(|c| snapshot.models[c.model].name == step.model)
+    });
+    let answered = record
+        .steps
+        .iter()
+        .filter(|s| s.outcome.starts_with("answered"))
+        .count();
+    if answered < looper.min_successes {
+        trace.looper = Some(record);
+        return Err(RouteError::LooperFailed {
+            model: decision.name.clone(),
+            reason: format!(
+                "{answered} of {} models answered; {} needed",
+                decision.candidates.len(),
+                looper.min_successes
+            ),
+        });
+    }
+    let Some((_, model, body)) = best else {
+        trace.looper = Some(record);
+        return Err(RouteError::LooperFailed {
+            model: decision.name.clone(),
+            reason: "no model answered".to_owned(),
+        });
+    };
+    trace.model = Some(model.name.clone());
+    trace.provider_model = Some(model.provider_model.clone());
+    let reply = answer(body, request.stream, &record);
+    trace.looper = Some(record);
+    Ok(reply)
+}
