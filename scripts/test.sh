@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy, the
-# encoder models, ONNX Runtime, the labelled data and redis-server, checks formatting and lints, validates every Envoy config, and
+# encoder models, ONNX Runtime, the labelled data, redis-server, and llama.cpp with the tiny GGUF
+# models (one test runs a confidence cascade on them), checks formatting and lints, validates every Envoy config, and
 # runs every test, including the suites that drive a real Envoy and the real encoders.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -14,6 +15,8 @@ install_encoders
 say "encoders: all-MiniLM-L6-v2 (safetensors, int8 onnx), ONNX Runtime $ORT_DYLIB_PATH"
 install_datasets
 install_redis
+install_llms
+say "llama.cpp (xllamacpp) and the GGUF models: $MOM_CACHE/models"
 say "redis: $("$MOM_REDIS_BIN" --version | grep -o 'v=[^ ]*')"
 
 say "cargo fmt --check"

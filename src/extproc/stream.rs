@@ -20,6 +20,10 @@ use std::time::Instant;
 /// Time added to a looper's deadline when asking Envoy to wait, for routing and rewriting.
 const LOOPER_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The longest wait asked of Envoy: the `max_message_timeout` of `envoy/quickstart.yaml`. Envoy
+/// ignores a larger override, so a looper deadline above it is cut to fit.
+pub const MAX_MESSAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// State of one HTTP request as it moves through the phases.
 pub struct StreamState {
     snapshot: Arc<Snapshot>,
@@ -81,7 +85,8 @@ impl StreamState {
                 // A looper may run: ask Envoy for its deadline first, route on the next poll.
                 Some(budget) if b.end_of_stream => {
                     self.pending_body = Some(b);
-                    return Some(convert::extend_timeout(budget + LOOPER_MARGIN));
+                    let wait = (budget + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT);
+                    return Some(convert::extend_timeout(wait));
                 }
                 _ => ("request_body", self.on_request_body(b).await),
             },
