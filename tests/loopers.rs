@@ -252,3 +252,74 @@ async fn the_ratings_ensemble_asks_every_model_and_returns_the_best_scored_answe
         "{error}"
     );
 }
+
+fn remom_policy() -> String {
+    policy("skip").replace(
+        "looper: {type: confidence, threshold: -0.5, maxTokens: 64, perCallTimeoutMs: 2000, onError: skip}",
+        "looper: {type: remom, synthesizer: qwen2.5-coder-0.5b, minSuccesses: 2, perCallTimeoutMs: 2000}",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remom_synthesizes_the_panel_through_envoy_and_falls_back_to_the_best_evidence() {
+    let config = remom_policy();
+    assert!(config.contains("type: remom"));
+    let stack = Stack::start_with_config(&config).await;
+    stack.backends["gemma3-270m"].set_logprob(-1.0);
+    let started = Instant::now();
+    let mut response = stack.chat(&ask("summarise the plan", true), "remom").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper"), "remom");
+    assert_eq!(header(&response, "x-mom-looper-calls"), "2");
+    assert_eq!(header(&response, "x-mom-model"), "qwen2.5-coder-0.5b");
+    assert_eq!(header(&response, "x-mom-response-path"), "upstream");
+    let mut arrivals = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        arrivals.push(started.elapsed());
+        let _ = chunk;
+    }
+    assert!(
+        arrivals.len() >= 3
+            && *arrivals.last().unwrap() - arrivals[0] >= Duration::from_millis(300)
+    );
+    // The synthesizer got the client's request plus the panel's answers, best first.
+    let synthesis = seen(&stack, "qwen2.5-coder-0.5b");
+    assert_eq!(synthesis.len(), 1);
+    assert!(synthesis[0]["_token"].is_null() && synthesis[0]["stream"] == true);
+    let brief = synthesis[0]["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(synthesis[0]["messages"][0]["role"], "system");
+    let (small, gemma) = (
+        brief.find("[fake backend smollm2-135m]").unwrap(),
+        brief.find("[fake backend gemma3-270m]").unwrap(),
+    );
+    assert!(
+        small < gemma,
+        "the more confident answer comes first: {brief}"
+    );
+    assert_eq!(synthesis[0]["messages"][1]["content"], "summarise the plan");
+    assert_eq!(seen(&stack, "smollm2-135m")[0]["_depth"], "1");
+
+    // The synthesizer fails: the best panel answer is returned instead.
+    stack.backends["qwen2.5-coder-0.5b"]
+        .fail_status
+        .store(500, Ordering::Relaxed);
+    let response = stack
+        .chat(&ask("summarise the plan", false), "remom-fallback")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper-fallback"), "evidence");
+    let body: Value = response.json().await.unwrap();
+    assert!(body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("[fake backend smollm2-135m]"));
+
+    // A panel below quorum fails before any synthesis.
+    stack.backends["gemma3-270m"]
+        .fail_status
+        .store(500, Ordering::Relaxed);
+    let before = seen(&stack, "qwen2.5-coder-0.5b").len();
+    let response = stack.chat(&ask("again", false), "remom-quorum").await;
+    assert_eq!(response.status(), 502);
+    assert_eq!(seen(&stack, "qwen2.5-coder-0.5b").len(), before);
+}

@@ -13,7 +13,8 @@ mod store;
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use snapshot::{
     Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, Identity, Listen, Looper, Model,
-    Objective, OnCallError, Policy, Pricing, RatingsLooper, Server, Sessions, Snapshot,
+    Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server, Sessions,
+    Snapshot,
 };
 pub use store::{ConfigStore, ReloadOutcome};
 

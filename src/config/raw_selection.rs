@@ -273,6 +273,34 @@ pub enum RawLooper {
         #[serde(default = "default_total_ms")]
         total_timeout_ms: u64,
     },
+    /// A panel of models answers in parallel; the synthesizer writes the final answer from
+    /// theirs, forwarded through Envoy so it streams; the best panel answer is the fallback.
+    Remom {
+        /// The model (one of `modelRefs`) that writes the final answer; the others form the panel.
+        synthesizer: String,
+        /// Answers asked of each panel model (default 1).
+        #[serde(default = "default_samples")]
+        samples: usize,
+        /// Panel calls in flight at once (default 3).
+        #[serde(default = "default_max_concurrent")]
+        max_concurrent: usize,
+        /// Panel answers needed before synthesis (default 1); fewer is a 502.
+        #[serde(default = "default_min_successes")]
+        min_successes: usize,
+        /// Cap on `max_tokens` of each panel call (default 512).
+        #[serde(default = "default_looper_max_tokens")]
+        max_tokens: u64,
+        /// Deadline of one panel call in milliseconds (default 20000).
+        #[serde(default = "default_per_call_ms")]
+        per_call_timeout_ms: u64,
+        /// Deadline of the panel in milliseconds (default 60000).
+        #[serde(default = "default_total_ms")]
+        total_timeout_ms: u64,
+    },
+}
+
+fn default_samples() -> usize {
+    1
 }
 
 fn default_max_concurrent() -> usize {

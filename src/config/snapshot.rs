@@ -200,6 +200,29 @@ pub enum Looper {
     Confidence(ConfidenceLooper),
     /// Parallel answers, the best rating-weighted one returned.
     Ratings(RatingsLooper),
+    /// A panel's answers synthesized by one model.
+    Remom(RemomLooper),
+}
+
+/// ReMoM's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemomLooper {
+    /// Candidate index of the synthesizer.
+    pub synthesizer: usize,
+    /// Candidate indices of the panel.
+    pub panel: Vec<usize>,
+    /// Answers asked of each panel model.
+    pub samples: usize,
+    /// Panel calls in flight at once.
+    pub max_concurrent: usize,
+    /// Panel answers needed.
+    pub min_successes: usize,
+    /// Cap on `max_tokens` of each panel call.
+    pub max_tokens: u64,
+    /// Deadline of one panel call.
+    pub per_call: std::time::Duration,
+    /// Deadline of the panel.
+    pub total: std::time::Duration,
 }
 
 impl Looper {
@@ -208,6 +231,7 @@ impl Looper {
         match self {
             Self::Confidence(c) => c.total,
             Self::Ratings(r) => r.total,
+            Self::Remom(r) => r.total,
         }
     }
 }

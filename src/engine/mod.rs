@@ -7,6 +7,7 @@ mod error;
 mod looper;
 mod models;
 mod ratings;
+mod remom;
 mod select;
 mod session;
 mod trace;
@@ -51,6 +52,9 @@ pub struct Forward {
     pub body: Vec<u8>,
     /// The client asked for server-sent events.
     pub stream: bool,
+    /// An answer to give instead when the upstream response is not a success (ReMoM's best
+    /// panel answer when its synthesis fails).
+    pub fallback: Option<Box<Reply>>,
 }
 
 /// What happens to the request.
@@ -179,6 +183,30 @@ pub async fn on_request_body(
         return match route_identity(&context, identity, &request, &neural) {
             Ok((mut trace, chosen, decision)) => {
                 let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
+                if let (Some((decision, Looper::Remom(looper))), Some(client), 0) =
+                    (looper, &services.client, depth)
+                {
+                    let ended =
+                        remom::remom(snapshot, client, decision, looper, &request, &mut trace)
+                            .await;
+                    return match ended {
+                        Ok(synthesis) => {
+                            let mut forward = synthesis.forward;
+                            forward.fallback = Some(Box::new(synthesis.fallback));
+                            trace.model = Some(forward.model.clone());
+                            trace.provider_model = Some(forward.provider_model.clone());
+                            Routed {
+                                action: Action::Forward(forward),
+                                trace,
+                            }
+                        }
+                        Err(error) => {
+                            let mut refused = refusal(snapshot, error);
+                            refused.trace.looper = trace.looper;
+                            refused
+                        }
+                    };
+                }
                 if let (Some((decision, Looper::Ratings(looper))), Some(client), 0) =
                     (looper, &services.client, depth)
                 {
@@ -464,6 +492,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             provider_model: model.provider_model.clone(),
             body: request.into_body_for(&model.provider_model),
             stream,
+            fallback: None,
         }),
         trace,
     }

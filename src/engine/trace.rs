@@ -30,6 +30,8 @@ pub struct Trace {
     pub session: Option<SessionTrace>,
     /// What a looper did, when the decision ran one.
     pub looper: Option<LooperTrace>,
+    /// The upstream response failed and a looper's fallback answer was sent instead.
+    pub fallback_used: bool,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -55,6 +57,7 @@ impl Trace {
             run_id: None,
             session: None,
             looper: None,
+            fallback_used: false,
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),
@@ -93,6 +96,9 @@ impl Trace {
             headers.push(("x-mom-looper", looper.kind.to_owned()));
             headers.push(("x-mom-looper-calls", looper.steps.len().to_string()));
             headers.push(("x-mom-looper-steps", self.looper_label()));
+            if self.fallback_used {
+                headers.push(("x-mom-looper-fallback", "evidence".to_owned()));
+            }
         }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));

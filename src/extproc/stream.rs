@@ -46,6 +46,8 @@ struct Forwarded {
     first_chunk: Option<Instant>,
     /// Set while a 2xx response body is observed for latency and usage.
     scanner: Option<UsageScanner>,
+    /// The answer to give instead of a failed upstream response (ReMoM's evidence).
+    fallback: Option<Box<crate::engine::Reply>>,
 }
 
 impl StreamState {
@@ -178,6 +180,7 @@ impl StreamState {
                 );
                 trace.run_id = Some(run_id);
                 let (model, stream) = (forward.model.clone(), forward.stream);
+                let fallback = forward.fallback.clone();
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
                     trace,
@@ -187,6 +190,7 @@ impl StreamState {
                     estimated_prompt_tokens,
                     first_chunk: None,
                     scanner: None,
+                    fallback,
                 });
                 response
             }
@@ -229,6 +233,13 @@ impl StreamState {
             })
             .inc();
         let success = status.starts_with('2');
+        if !success {
+            if let Some(fallback) = forwarded.fallback.take() {
+                // The synthesis failed: answer with the best evidence instead.
+                forwarded.trace.fallback_used = true;
+                return convert::immediate(&fallback, &forwarded.trace);
+            }
+        }
         if success && message.end_of_stream {
             forwarded.first_chunk = Some(Instant::now());
             let forwarded_at = forwarded.at;

@@ -2,7 +2,9 @@
 
 use crate::config::error::Errors;
 use crate::config::raw::{RawLooper, RawLooperOnError, RawMeasure, RawOrder};
-use crate::config::snapshot::{ConfidenceLooper, Looper, Model, OnCallError, RatingsLooper};
+use crate::config::snapshot::{
+    ConfidenceLooper, Looper, Model, OnCallError, RatingsLooper, RemomLooper,
+};
 use crate::llm::logprobs::Measure;
 use crate::selection::Candidate;
 use std::time::Duration;
@@ -16,6 +18,80 @@ pub(super) fn compile_looper(
 ) -> Option<Looper> {
     let path = format!("{path}.looper");
     match raw {
+        RawLooper::Remom {
+            synthesizer,
+            samples,
+            max_concurrent,
+            min_successes,
+            max_tokens,
+            per_call_timeout_ms,
+            total_timeout_ms,
+        } => {
+            let mut ok = true;
+            for (field, value) in [
+                ("samples", *samples as u64),
+                ("maxConcurrent", *max_concurrent as u64),
+                ("minSuccesses", *min_successes as u64),
+                ("maxTokens", *max_tokens),
+                ("perCallTimeoutMs", *per_call_timeout_ms),
+                ("totalTimeoutMs", *total_timeout_ms),
+            ] {
+                if value == 0 {
+                    errors.push(format!("{path}.{field}"), "must be greater than 0");
+                    ok = false;
+                }
+            }
+            let name_of = |c: &Candidate| {
+                models
+                    .get(c.model)
+                    .and_then(Option::as_ref)
+                    .map_or("", |m| m.name.as_str())
+            };
+            let position = candidates.iter().position(|c| name_of(c) == synthesizer);
+            let Some(synthesizer_index) = position else {
+                let names: Vec<&str> = candidates.iter().map(name_of).collect();
+                errors.push(
+                    format!("{path}.synthesizer"),
+                    format!(
+                        "{synthesizer:?} is not one of this decision's modelRefs ({})",
+                        names.join(", ")
+                    ),
+                );
+                return None;
+            };
+            let panel: Vec<usize> = (0..candidates.len())
+                .filter(|&i| i != synthesizer_index)
+                .collect();
+            if panel.is_empty() {
+                errors.push(
+                    path.clone(),
+                    "ReMoM needs a panel: list at least one model besides the synthesizer",
+                );
+                ok = false;
+            }
+            if *min_successes > panel.len() * samples {
+                errors.push(
+                    format!("{path}.minSuccesses"),
+                    format!(
+                        "asks for {min_successes} answers from {} panel calls",
+                        panel.len() * samples
+                    ),
+                );
+                ok = false;
+            }
+            ok.then(|| {
+                Looper::Remom(RemomLooper {
+                    synthesizer: synthesizer_index,
+                    panel,
+                    samples: *samples,
+                    max_concurrent: *max_concurrent,
+                    min_successes: *min_successes,
+                    max_tokens: *max_tokens,
+                    per_call: Duration::from_millis(*per_call_timeout_ms),
+                    total: Duration::from_millis(*total_timeout_ms),
+                })
+            })
+        }
         RawLooper::Ratings {
             max_concurrent,
             min_successes,

@@ -1,0 +1,160 @@
+//! ReMoM: a panel of the decision's models answers in parallel (`samples` each, at most
+//! `maxConcurrent` in flight, bounded by deadlines); when at least `minSuccesses` answered, the
+//! client's own request goes to the synthesizer with the panel's answers added as a system
+//! message, forwarded through Envoy so the final answer streams to the client. The best panel
+//! answer (highest mean token probability) is held as evidence: if the synthesizer's response is
+//! not a success, mom-router answers with that evidence instead.
+
+use super::looper::{answer, sub_request_body, LooperTrace, Step};
+use super::{Forward, Reply, RouteError, Trace};
+use crate::config::{Decision, RemomLooper, Snapshot};
+use crate::llm::logprobs::{confidence, Measure};
+use crate::llm::{ChatRequest, LlmClient};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+/// The synthesis to forward, with the evidence to answer with if it fails.
+pub(super) struct Synthesis {
+    /// The rewritten request for the synthesizer.
+    pub forward: Forward,
+    /// The best panel answer.
+    pub fallback: Reply,
+}
+
+/// Runs the panel of `decision` and prepares the synthesis.
+pub(super) async fn remom(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    decision: &Decision,
+    looper: &RemomLooper,
+    request: &ChatRequest,
+    trace: &mut Trace,
+) -> Result<Synthesis, RouteError> {
+    let mut calls: Vec<(usize, String, Vec<u8>)> = Vec::new();
+    for &candidate in &looper.panel {
+        let model = &snapshot.models[decision.candidates[candidate].model];
+        for sample in 0..looper.samples {
+            let mut body: Value = serde_json::from_slice(&sub_request_body(
+                request,
+                &model.provider_model,
+                looper.max_tokens,
+                false,
+            ))
+            .unwrap_or(Value::Null);
+            if looper.samples > 1 {
+                body["seed"] = json!(sample);
+            }
+            calls.push((
+                decision.candidates[candidate].model,
+                model.name.clone(),
+                body.to_string().into_bytes(),
+            ));
+        }
+    }
+    let deadline = looper.per_call.min(looper.total);
+    let results: Vec<_> = futures_util::stream::iter(calls)
+        .map(|(index, name, body)| {
+            let client = client.clone();
+            async move { (index, client.chat(&name, body, 1, deadline).await) }
+        })
+        .buffer_unordered(looper.max_concurrent)
+        .take_until(tokio::time::sleep(looper.total))
+        .collect()
+        .await;
+    let mut record = LooperTrace {
+        kind: "remom",
+        steps: Vec::new(),
+        usage: (0, 0),
+    };
+    let mut answers: Vec<(f64, String, Value)> = Vec::new();
+    for (index, result) in results {
+        let model = &snapshot.models[index];
+        match result {
+            Ok(reply) => {
+                let usage = &reply.body["usage"];
+                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
+                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
+                let measured = confidence(&reply.body, Measure::AvgLogprob);
+                let text = reply.body["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                record.steps.push(Step {
+                    model: model.name.clone(),
+                    outcome: "answered".to_owned(),
+                    confidence: measured,
+                    latency_ms: reply.latency.as_secs_f64() * 1000.0,
+                });
+                if !text.trim().is_empty() {
+                    answers.push((
+                        measured.map_or(0.5, f64::exp),
+                        model.name.clone(),
+                        reply.body,
+                    ));
+                }
+            }
+            Err(error) => record.steps.push(Step {
+                model: model.name.clone(),
+                outcome: format!("error: {error}"),
+                confidence: None,
+                latency_ms: 0.0,
+            }),
+        }
+    }
+    record.steps.sort_by(|a, b| a.model.cmp(&b.model));
+    if answers.len() < looper.min_successes {
+        let needed = looper.min_successes;
+        let calls = record.steps.len();
+        trace.looper = Some(record);
+        return Err(RouteError::LooperFailed {
+            model: decision.name.clone(),
+            reason: format!(
+                "{} of {calls} panel calls answered; {needed} needed",
+                answers.len()
+            ),
+        });
+    }
+    answers.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let evidence: Vec<String> = answers
+        .iter()
+        .enumerate()
+        .map(|(i, (_, model, body))| {
+            format!(
+                "[{}] {model}:\n{}",
+                i + 1,
+                body["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let synthesizer = &snapshot.models[decision.candidates[looper.synthesizer].model];
+    let mut object = request.object().clone();
+    object.insert("model".to_owned(), json!(synthesizer.provider_model));
+    let brief = format!(
+        "Other models answered the user's last message. Their answers follow, best first. Write \
+         the single best final answer: keep what they agree on, resolve or point out where they \
+         contradict each other, and do not mention the other models.\n\n{}",
+        evidence.join("\n\n")
+    );
+    let mut messages = object
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    messages.insert(0, json!({"role": "system", "content": brief}));
+    object.insert("messages".to_owned(), Value::Array(messages));
+    let best = answers.swap_remove(0);
+    let fallback = answer(best.2, request.stream, &record);
+    trace.looper = Some(record);
+    Ok(Synthesis {
+        forward: Forward {
+            model: synthesizer.name.clone(),
+            provider_model: synthesizer.provider_model.clone(),
+            body: Value::Object(object).to_string().into_bytes(),
+            stream: request.stream,
+            fallback: None,
+        },
+        fallback,
+    })
+}
