@@ -323,3 +323,51 @@ async fn remom_synthesizes_the_panel_through_envoy_and_falls_back_to_the_best_ev
     assert_eq!(response.status(), 502);
     assert_eq!(seen(&stack, "qwen2.5-coder-0.5b").len(), before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fusion_judges_the_panel_and_the_finalizer_writes_from_the_analysis() {
+    let config = policy("skip").replace(
+        "looper: {type: confidence, threshold: -0.5, maxTokens: 64, perCallTimeoutMs: 2000, onError: skip}",
+        "looper: {type: fusion, judge: qwen2.5-coder-0.5b, finalizer: qwen2.5-coder-0.5b, perCallTimeoutMs: 2000}",
+    );
+    assert!(config.contains("type: fusion"));
+    let stack = Stack::start_with_config(&config).await;
+    *stack.backends["qwen2.5-coder-0.5b"].reply_text.lock().unwrap() = Some(
+        r#"{"agreement": ["both echo the question"], "contradictions": ["they name different backends"], "unique_insights": []}"#.to_owned(),
+    );
+    let response = stack
+        .chat(&ask("compare the options", true), "fusion")
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper"), "fusion");
+    assert_eq!(header(&response, "x-mom-looper-calls"), "3");
+    assert_eq!(header(&response, "x-mom-model"), "qwen2.5-coder-0.5b");
+    let steps = header(&response, "x-mom-looper-steps");
+    assert!(
+        steps.contains("qwen2.5-coder-0.5b (judge):judged"),
+        "{steps}"
+    );
+    let _ = response.bytes().await.unwrap();
+    let calls = seen(&stack, "qwen2.5-coder-0.5b");
+    assert_eq!(calls.len(), 2, "the judge, then the finalizer");
+    // The judge: a signed sub-request comparing both panel answers.
+    assert_eq!(calls[0]["_depth"], "1");
+    assert!(calls[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("\"contradictions\""));
+    let compared = calls[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        compared.contains("[fake backend smollm2-135m]")
+            && compared.contains("[fake backend gemma3-270m]")
+    );
+    // The finalizer: the client's request, streamed, with the answers and the analysis.
+    assert!(calls[1]["_token"].is_null() && calls[1]["stream"] == true);
+    let brief = calls[1]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        brief.contains("Contradictions:\n- they name different backends"),
+        "{brief}"
+    );
+    assert!(brief.contains("[fake backend gemma3-270m]"));
+    assert_eq!(calls[1]["messages"][1]["content"], "compare the options");
+}

@@ -12,9 +12,9 @@ mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use snapshot::{
-    Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, Identity, Listen, Looper, Model,
-    Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server, Sessions,
-    Snapshot,
+    Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, FusionLooper, Identity, Listen,
+    Looper, Model, Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server,
+    Sessions, Snapshot,
 };
 pub use store::{ConfigStore, ReloadOutcome};
 

@@ -273,6 +273,31 @@ pub enum RawLooper {
         #[serde(default = "default_total_ms")]
         total_timeout_ms: u64,
     },
+    /// A panel answers in parallel, a judge writes a structured comparison (agreement,
+    /// contradictions, unique insights), and the finalizer writes the answer from both,
+    /// forwarded through Envoy so it streams; the best panel answer is the fallback.
+    Fusion {
+        /// The model (one of `modelRefs`) that compares the answers.
+        judge: String,
+        /// The model (one of `modelRefs`, may be the judge) that writes the final answer; the
+        /// other models form the panel.
+        finalizer: String,
+        /// Panel calls in flight at once (default 3).
+        #[serde(default = "default_max_concurrent")]
+        max_concurrent: usize,
+        /// Panel answers needed before judging (default 2).
+        #[serde(default = "default_fusion_min_successes")]
+        min_successes: usize,
+        /// Cap on `max_tokens` of panel and judge calls (default 512).
+        #[serde(default = "default_looper_max_tokens")]
+        max_tokens: u64,
+        /// Deadline of one call in milliseconds (default 20000).
+        #[serde(default = "default_per_call_ms")]
+        per_call_timeout_ms: u64,
+        /// Deadline of the panel in milliseconds (default 60000).
+        #[serde(default = "default_total_ms")]
+        total_timeout_ms: u64,
+    },
     /// A panel of models answers in parallel; the synthesizer writes the final answer from
     /// theirs, forwarded through Envoy so it streams; the best panel answer is the fallback.
     Remom {
@@ -297,6 +322,10 @@ pub enum RawLooper {
         #[serde(default = "default_total_ms")]
         total_timeout_ms: u64,
     },
+}
+
+fn default_fusion_min_successes() -> usize {
+    2
 }
 
 fn default_samples() -> usize {

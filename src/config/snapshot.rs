@@ -202,6 +202,17 @@ pub enum Looper {
     Ratings(RatingsLooper),
     /// A panel's answers synthesized by one model.
     Remom(RemomLooper),
+    /// A panel judged, then finalized.
+    Fusion(FusionLooper),
+}
+
+/// Fusion's settings: a judge, and a panel whose synthesizer is the finalizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FusionLooper {
+    /// Candidate index of the judge.
+    pub judge: usize,
+    /// The panel and the finalizer (as the synthesizer).
+    pub panel: RemomLooper,
 }
 
 /// ReMoM's settings.
@@ -232,6 +243,7 @@ impl Looper {
             Self::Confidence(c) => c.total,
             Self::Ratings(r) => r.total,
             Self::Remom(r) => r.total,
+            Self::Fusion(f) => f.panel.total,
         }
     }
 }

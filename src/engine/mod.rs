@@ -4,6 +4,7 @@
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
 mod error;
+mod fusion;
 mod looper;
 mod models;
 mod ratings;
@@ -183,12 +184,18 @@ pub async fn on_request_body(
         return match route_identity(&context, identity, &request, &neural) {
             Ok((mut trace, chosen, decision)) => {
                 let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
-                if let (Some((decision, Looper::Remom(looper))), Some(client), 0) =
-                    (looper, &services.client, depth)
-                {
-                    let ended =
+                let synthesized = match (looper, &services.client, depth) {
+                    (Some((decision, Looper::Remom(looper))), Some(client), 0) => Some(
                         remom::remom(snapshot, client, decision, looper, &request, &mut trace)
-                            .await;
+                            .await,
+                    ),
+                    (Some((decision, Looper::Fusion(looper))), Some(client), 0) => Some(
+                        fusion::fusion(snapshot, client, decision, looper, &request, &mut trace)
+                            .await,
+                    ),
+                    _ => None,
+                };
+                if let Some(ended) = synthesized {
                     return match ended {
                         Ok(synthesis) => {
                             let mut forward = synthesis.forward;

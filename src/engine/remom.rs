@@ -21,6 +21,9 @@ pub(super) struct Synthesis {
     pub fallback: Reply,
 }
 
+/// One panel answer: its mean token probability, the model, the reply.
+pub(super) type Answer = (f64, String, Value);
+
 /// Runs the panel of `decision` and prepares the synthesis.
 pub(super) async fn remom(
     snapshot: &Snapshot,
@@ -30,6 +33,23 @@ pub(super) async fn remom(
     request: &ChatRequest,
     trace: &mut Trace,
 ) -> Result<Synthesis, RouteError> {
+    let (answers, record) =
+        panel(snapshot, client, decision, looper, request, "remom", trace).await?;
+    Ok(synthesis(
+        snapshot, decision, looper, request, answers, record, None, trace,
+    ))
+}
+
+/// Asks the panel; fails when fewer than `minSuccesses` answered. Answers come best first.
+pub(super) async fn panel(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    decision: &Decision,
+    looper: &RemomLooper,
+    request: &ChatRequest,
+    kind: &'static str,
+    trace: &mut Trace,
+) -> Result<(Vec<Answer>, LooperTrace), RouteError> {
     let mut calls: Vec<(usize, String, Vec<u8>)> = Vec::new();
     for &candidate in &looper.panel {
         let model = &snapshot.models[decision.candidates[candidate].model];
@@ -62,11 +82,11 @@ pub(super) async fn remom(
         .collect()
         .await;
     let mut record = LooperTrace {
-        kind: "remom",
+        kind,
         steps: Vec::new(),
         usage: (0, 0),
     };
-    let mut answers: Vec<(f64, String, Value)> = Vec::new();
+    let mut answers: Vec<Answer> = Vec::new();
     for (index, result) in results {
         let model = &snapshot.models[index];
         match result {
@@ -105,17 +125,20 @@ pub(super) async fn remom(
     if answers.len() < looper.min_successes {
         let needed = looper.min_successes;
         let calls = record.steps.len();
+        let answered = answers.len();
         trace.looper = Some(record);
         return Err(RouteError::LooperFailed {
             model: decision.name.clone(),
-            reason: format!(
-                "{} of {calls} panel calls answered; {needed} needed",
-                answers.len()
-            ),
+            reason: format!("{answered} of {calls} panel calls answered; {needed} needed"),
         });
     }
     answers.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let evidence: Vec<String> = answers
+    Ok((answers, record))
+}
+
+/// The panel's answers, numbered, best first.
+pub(super) fn evidence(answers: &[Answer]) -> String {
+    let listed: Vec<String> = answers
         .iter()
         .enumerate()
         .map(|(i, (_, model, body))| {
@@ -128,15 +151,39 @@ pub(super) async fn remom(
             )
         })
         .collect();
+    listed.join("\n\n")
+}
+
+/// The client's request for the synthesizer with the panel's answers (and, for Fusion, the
+/// judge's analysis) added as a first system message; the best answer held as the fallback.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site per recipe, each argument distinct"
+)]
+pub(super) fn synthesis(
+    snapshot: &Snapshot,
+    decision: &Decision,
+    looper: &RemomLooper,
+    request: &ChatRequest,
+    mut answers: Vec<Answer>,
+    record: LooperTrace,
+    analysis: Option<&str>,
+    trace: &mut Trace,
+) -> Synthesis {
     let synthesizer = &snapshot.models[decision.candidates[looper.synthesizer].model];
     let mut object = request.object().clone();
     object.insert("model".to_owned(), json!(synthesizer.provider_model));
-    let brief = format!(
+    let mut brief = format!(
         "Other models answered the user's last message. Their answers follow, best first. Write \
          the single best final answer: keep what they agree on, resolve or point out where they \
          contradict each other, and do not mention the other models.\n\n{}",
-        evidence.join("\n\n")
+        evidence(&answers)
     );
+    if let Some(analysis) = analysis {
+        brief.push_str(&format!(
+            "\n\nA judge compared them (disagreement is evidence to weigh, not a vote):\n{analysis}"
+        ));
+    }
     let mut messages = object
         .get("messages")
         .and_then(Value::as_array)
@@ -147,7 +194,7 @@ pub(super) async fn remom(
     let best = answers.swap_remove(0);
     let fallback = answer(best.2, request.stream, &record);
     trace.looper = Some(record);
-    Ok(Synthesis {
+    Synthesis {
         forward: Forward {
             model: synthesizer.name.clone(),
             provider_model: synthesizer.provider_model.clone(),
@@ -156,5 +203,5 @@ pub(super) async fn remom(
             fallback: None,
         },
         fallback,
-    })
+    }
 }

@@ -37,6 +37,8 @@ pub struct FakeBackend {
     pub logprob_bits: Arc<AtomicU64>,
     /// When non-zero, every chat request is answered with this status and an error body.
     pub fail_status: Arc<AtomicU64>,
+    /// When set, the text of every answer (instead of the echo).
+    pub reply_text: Arc<Mutex<Option<String>>>,
 }
 
 impl FakeBackend {
@@ -49,6 +51,7 @@ impl FakeBackend {
             delay_ms: Arc::new(AtomicU64::new(0)),
             logprob_bits: Arc::new(AtomicU64::new((-0.05f64).to_bits())),
             fail_status: Arc::new(AtomicU64::new(0)),
+            reply_text: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -113,6 +116,12 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         backend.name,
         last.chars().take(60).collect::<String>()
     );
+    let text = backend
+        .reply_text
+        .lock()
+        .ok()
+        .and_then(|fixed| fixed.clone())
+        .unwrap_or(text);
     let stream = request["stream"].as_bool().unwrap_or(false);
     let tag = [("x-fake-backend", backend.name.clone())];
     if !stream {

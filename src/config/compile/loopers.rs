@@ -3,7 +3,7 @@
 use crate::config::error::Errors;
 use crate::config::raw::{RawLooper, RawLooperOnError, RawMeasure, RawOrder};
 use crate::config::snapshot::{
-    ConfidenceLooper, Looper, Model, OnCallError, RatingsLooper, RemomLooper,
+    ConfidenceLooper, FusionLooper, Looper, Model, OnCallError, RatingsLooper, RemomLooper,
 };
 use crate::llm::logprobs::Measure;
 use crate::selection::Candidate;
@@ -17,7 +17,83 @@ pub(super) fn compile_looper(
     errors: &mut Errors,
 ) -> Option<Looper> {
     let path = format!("{path}.looper");
+    let name_of = |c: &Candidate| {
+        models
+            .get(c.model)
+            .and_then(Option::as_ref)
+            .map_or("", |m| m.name.as_str())
+    };
+    let find = |field: &str, wanted: &str, errors: &mut Errors| {
+        let found = candidates.iter().position(|c| name_of(c) == wanted);
+        if found.is_none() {
+            let names: Vec<&str> = candidates.iter().map(name_of).collect();
+            errors.push(
+                format!("{path}.{field}"),
+                format!(
+                    "{wanted:?} is not one of this decision's modelRefs ({})",
+                    names.join(", ")
+                ),
+            );
+        }
+        found
+    };
     match raw {
+        RawLooper::Fusion {
+            judge,
+            finalizer,
+            max_concurrent,
+            min_successes,
+            max_tokens,
+            per_call_timeout_ms,
+            total_timeout_ms,
+        } => {
+            let mut ok = true;
+            for (field, value) in [
+                ("maxConcurrent", *max_concurrent as u64),
+                ("minSuccesses", *min_successes as u64),
+                ("maxTokens", *max_tokens),
+                ("perCallTimeoutMs", *per_call_timeout_ms),
+                ("totalTimeoutMs", *total_timeout_ms),
+            ] {
+                if value == 0 {
+                    errors.push(format!("{path}.{field}"), "must be greater than 0");
+                    ok = false;
+                }
+            }
+            let judge = find("judge", judge, errors);
+            let finalizer = find("finalizer", finalizer, errors);
+            let (Some(judge), Some(finalizer)) = (judge, finalizer) else {
+                return None;
+            };
+            let panel: Vec<usize> = (0..candidates.len())
+                .filter(|&i| i != judge && i != finalizer)
+                .collect();
+            if *min_successes > panel.len() {
+                errors.push(
+                    format!("{path}.minSuccesses"),
+                    format!(
+                        "asks for {min_successes} answers from a panel of {} (modelRefs other than the judge and the finalizer)",
+                        panel.len()
+                    ),
+                );
+                ok = false;
+            }
+            ok.then(|| {
+                Looper::Fusion(FusionLooper {
+                    judge,
+                    panel: RemomLooper {
+                        synthesizer: finalizer,
+                        panel,
+                        samples: 1,
+                        max_concurrent: *max_concurrent,
+                        min_successes: *min_successes,
+                        max_tokens: *max_tokens,
+                        per_call: Duration::from_millis(*per_call_timeout_ms),
+                        total: Duration::from_millis(*total_timeout_ms),
+                    },
+                })
+            })
+        }
         RawLooper::Remom {
             synthesizer,
             samples,
@@ -41,24 +117,7 @@ pub(super) fn compile_looper(
                     ok = false;
                 }
             }
-            let name_of = |c: &Candidate| {
-                models
-                    .get(c.model)
-                    .and_then(Option::as_ref)
-                    .map_or("", |m| m.name.as_str())
-            };
-            let position = candidates.iter().position(|c| name_of(c) == synthesizer);
-            let Some(synthesizer_index) = position else {
-                let names: Vec<&str> = candidates.iter().map(name_of).collect();
-                errors.push(
-                    format!("{path}.synthesizer"),
-                    format!(
-                        "{synthesizer:?} is not one of this decision's modelRefs ({})",
-                        names.join(", ")
-                    ),
-                );
-                return None;
-            };
+            let synthesizer_index = find("synthesizer", synthesizer, errors)?;
             let panel: Vec<usize> = (0..candidates.len())
                 .filter(|&i| i != synthesizer_index)
                 .collect();
