@@ -6,6 +6,7 @@ pub mod compile;
 mod error;
 mod parse;
 pub mod raw;
+mod raw_identity;
 mod raw_selection;
 mod snapshot;
 mod store;

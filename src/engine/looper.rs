@@ -67,6 +67,29 @@ pub(super) fn sub_request_body(
     Value::Object(object).to_string().into_bytes()
 }
 
+/// Sends `calls` (model index, logical name, body) at most `max_concurrent` at a time, each with
+/// `per_call` (capped by `total`) to answer; when `total` passes, the answers in hand are
+/// returned and the calls still in flight dropped. Results come in completion order.
+pub(super) async fn fan_out(
+    client: &LlmClient,
+    calls: Vec<(usize, String, Vec<u8>)>,
+    max_concurrent: usize,
+    per_call: std::time::Duration,
+    total: std::time::Duration,
+) -> Vec<(usize, Result<crate::llm::SubReply, CallError>)> {
+    use futures_util::StreamExt;
+    let deadline = per_call.min(total);
+    futures_util::stream::iter(calls)
+        .map(|(index, name, body)| {
+            let client = client.clone();
+            async move { (index, client.chat(&name, body, 1, deadline).await) }
+        })
+        .buffer_unordered(max_concurrent)
+        .take_until(tokio::time::sleep(total))
+        .collect()
+        .await
+}
+
 /// Runs the confidence cascade of `decision`.
 pub(super) async fn confidence_cascade(
     snapshot: &Snapshot,
@@ -142,7 +165,7 @@ pub(super) async fn confidence_cascade(
                         trace.looper = Some(record);
                         return Err(RouteError::LooperFailed {
                             model: model.name.clone(),
-                            reason: describe(&error),
+                            reason: error.to_string(),
                         });
                     }
                 }
@@ -151,10 +174,6 @@ pub(super) async fn confidence_cascade(
     }
     trace.looper = Some(record);
     Ok(ending)
-}
-
-fn describe(error: &CallError) -> String {
-    error.to_string()
 }
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the

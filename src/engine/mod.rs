@@ -53,6 +53,9 @@ pub struct Forward {
     pub body: Vec<u8>,
     /// The client asked for server-sent events.
     pub stream: bool,
+    /// mom-router's prompt-token estimate of the client's request (compared with the usage the
+    /// upstream reports, to learn each model's tokenizer ratio).
+    pub estimated_prompt_tokens: u64,
     /// An answer to give instead when the upstream response is not a success (ReMoM's best
     /// panel answer when its synthesis fails).
     pub fallback: Option<Box<Reply>>,
@@ -493,8 +496,10 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
         trace.identity = Some(request.model.clone());
     }
     let stream = request.stream;
+    let estimated_prompt_tokens = crate::signals::estimate_tokens(&request);
     Routed {
         action: Action::Forward(Forward {
+            estimated_prompt_tokens,
             model: model.name.clone(),
             provider_model: model.provider_model.clone(),
             body: request.into_body_for(&model.provider_model),

@@ -5,14 +5,13 @@
 //! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
 //! the request (502).
 
-use super::looper::{answer, sub_request_body, LooperTrace, Step};
+use super::looper::{answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Reply, RouteError, Trace};
 use crate::config::{Decision, RatingsLooper, Snapshot};
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use crate::selection::ELO_START;
 use crate::state::StateStore;
-use futures_util::StreamExt;
 
 /// Runs the ensemble of `decision`; returns the reply to send.
 pub(super) async fn ratings_ensemble(
@@ -34,17 +33,14 @@ pub(super) async fn ratings_ensemble(
             (candidate.model, model.name.clone(), body)
         })
         .collect();
-    let deadline = looper.per_call.min(looper.total);
-    let results: Vec<_> = futures_util::stream::iter(calls)
-        .map(|(index, name, body)| {
-            let client = client.clone();
-            async move { (index, client.chat(&name, body, 1, deadline).await) }
-        })
-        .buffer_unordered(looper.max_concurrent)
-        // The total deadline ends the ensemble with the answers in hand.
-        .take_until(tokio::time::sleep(looper.total))
-        .collect()
-        .await;
+    let results = fan_out(
+        client,
+        calls,
+        looper.max_concurrent,
+        looper.per_call,
+        looper.total,
+    )
+    .await;
     let results = results
         .into_iter()
         .map(|(index, result)| (&snapshot.models[index], result));

@@ -5,12 +5,11 @@
 //! answer (highest mean token probability) is held as evidence: if the synthesizer's response is
 //! not a success, mom-router answers with that evidence instead.
 
-use super::looper::{answer, sub_request_body, LooperTrace, Step};
+use super::looper::{answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Forward, Reply, RouteError, Trace};
 use crate::config::{Decision, RemomLooper, Snapshot};
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 /// The synthesis to forward, with the evidence to answer with if it fails.
@@ -71,16 +70,14 @@ pub(super) async fn panel(
             ));
         }
     }
-    let deadline = looper.per_call.min(looper.total);
-    let results: Vec<_> = futures_util::stream::iter(calls)
-        .map(|(index, name, body)| {
-            let client = client.clone();
-            async move { (index, client.chat(&name, body, 1, deadline).await) }
-        })
-        .buffer_unordered(looper.max_concurrent)
-        .take_until(tokio::time::sleep(looper.total))
-        .collect()
-        .await;
+    let results = fan_out(
+        client,
+        calls,
+        looper.max_concurrent,
+        looper.per_call,
+        looper.total,
+    )
+    .await;
     let mut record = LooperTrace {
         kind,
         steps: Vec::new(),
@@ -196,6 +193,7 @@ pub(super) fn synthesis(
     trace.looper = Some(record);
     Synthesis {
         forward: Forward {
+            estimated_prompt_tokens: crate::signals::estimate_tokens(request),
             model: synthesizer.name.clone(),
             provider_model: synthesizer.provider_model.clone(),
             body: Value::Object(object).to_string().into_bytes(),

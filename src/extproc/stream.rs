@@ -9,7 +9,6 @@ use crate::observability::metrics::{
     PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
-use crate::signals::estimate_tokens;
 use crate::state::{now_ms, Observation, Run, Timing};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
@@ -133,16 +132,10 @@ impl StreamState {
         let routed =
             engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body)
                 .await;
-        let estimated_prompt_tokens = crate::llm::ChatRequest::parse(&message.body)
-            .map_or(0, |request| estimate_tokens(&request));
-        self.finish_with(routed, estimated_prompt_tokens)
+        self.finish(routed)
     }
 
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
-        self.finish_with(routed, 0)
-    }
-
-    fn finish_with(&mut self, routed: Routed, estimated_prompt_tokens: u64) -> ProcessingResponse {
         let Routed { action, mut trace } = routed;
         for result in trace.signals.iter().filter(|r| r.error.is_some()) {
             self.metrics
@@ -153,7 +146,7 @@ impl StreamState {
                 .inc();
         }
         match action {
-            Action::Forward(forward) => {
+            Action::Forward(mut forward) => {
                 self.metrics
                     .routed
                     .get_or_create(&RouteLabels {
@@ -180,7 +173,8 @@ impl StreamState {
                 );
                 trace.run_id = Some(run_id);
                 let (model, stream) = (forward.model.clone(), forward.stream);
-                let fallback = forward.fallback.clone();
+                let fallback = forward.fallback.take();
+                let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
                     trace,

@@ -47,19 +47,17 @@ pub(super) fn compile_looper(
             per_call_timeout_ms,
             total_timeout_ms,
         } => {
-            let mut ok = true;
-            for (field, value) in [
-                ("maxConcurrent", *max_concurrent as u64),
-                ("minSuccesses", *min_successes as u64),
-                ("maxTokens", *max_tokens),
-                ("perCallTimeoutMs", *per_call_timeout_ms),
-                ("totalTimeoutMs", *total_timeout_ms),
-            ] {
-                if value == 0 {
-                    errors.push(format!("{path}.{field}"), "must be greater than 0");
-                    ok = false;
-                }
-            }
+            let mut ok = all_positive(
+                &path,
+                &[
+                    ("maxConcurrent", *max_concurrent as u64),
+                    ("minSuccesses", *min_successes as u64),
+                    ("maxTokens", *max_tokens),
+                    ("perCallTimeoutMs", *per_call_timeout_ms),
+                    ("totalTimeoutMs", *total_timeout_ms),
+                ],
+                errors,
+            );
             let judge = find("judge", judge, errors);
             let finalizer = find("finalizer", finalizer, errors);
             let (Some(judge), Some(finalizer)) = (judge, finalizer) else {
@@ -103,20 +101,18 @@ pub(super) fn compile_looper(
             per_call_timeout_ms,
             total_timeout_ms,
         } => {
-            let mut ok = true;
-            for (field, value) in [
-                ("samples", *samples as u64),
-                ("maxConcurrent", *max_concurrent as u64),
-                ("minSuccesses", *min_successes as u64),
-                ("maxTokens", *max_tokens),
-                ("perCallTimeoutMs", *per_call_timeout_ms),
-                ("totalTimeoutMs", *total_timeout_ms),
-            ] {
-                if value == 0 {
-                    errors.push(format!("{path}.{field}"), "must be greater than 0");
-                    ok = false;
-                }
-            }
+            let mut ok = all_positive(
+                &path,
+                &[
+                    ("samples", *samples as u64),
+                    ("maxConcurrent", *max_concurrent as u64),
+                    ("minSuccesses", *min_successes as u64),
+                    ("maxTokens", *max_tokens),
+                    ("perCallTimeoutMs", *per_call_timeout_ms),
+                    ("totalTimeoutMs", *total_timeout_ms),
+                ],
+                errors,
+            );
             let synthesizer_index = find("synthesizer", synthesizer, errors)?;
             let panel: Vec<usize> = (0..candidates.len())
                 .filter(|&i| i != synthesizer_index)
@@ -158,19 +154,17 @@ pub(super) fn compile_looper(
             per_call_timeout_ms,
             total_timeout_ms,
         } => {
-            let mut ok = true;
-            for (field, value) in [
-                ("maxConcurrent", *max_concurrent as u64),
-                ("minSuccesses", *min_successes as u64),
-                ("maxTokens", *max_tokens),
-                ("perCallTimeoutMs", *per_call_timeout_ms),
-                ("totalTimeoutMs", *total_timeout_ms),
-            ] {
-                if value == 0 {
-                    errors.push(format!("{path}.{field}"), "must be greater than 0");
-                    ok = false;
-                }
-            }
+            let mut ok = all_positive(
+                &path,
+                &[
+                    ("maxConcurrent", *max_concurrent as u64),
+                    ("minSuccesses", *min_successes as u64),
+                    ("maxTokens", *max_tokens),
+                    ("perCallTimeoutMs", *per_call_timeout_ms),
+                    ("totalTimeoutMs", *total_timeout_ms),
+                ],
+                errors,
+            );
             if *min_successes > candidates.len() {
                 errors.push(
                     format!("{path}.minSuccesses"),
@@ -212,16 +206,15 @@ pub(super) fn compile_looper(
                 errors.push(format!("{path}.threshold"), "must be a number");
                 ok = false;
             }
-            for (field, value) in [
-                ("maxTokens", *max_tokens),
-                ("perCallTimeoutMs", *per_call_timeout_ms),
-                ("totalTimeoutMs", *total_timeout_ms),
-            ] {
-                if value == 0 {
-                    errors.push(format!("{path}.{field}"), "must be greater than 0");
-                    ok = false;
-                }
-            }
+            ok &= all_positive(
+                &path,
+                &[
+                    ("maxTokens", *max_tokens),
+                    ("perCallTimeoutMs", *per_call_timeout_ms),
+                    ("totalTimeoutMs", *total_timeout_ms),
+                ],
+                errors,
+            );
             let mut sequence: Vec<usize> = (0..candidates.len()).collect();
             if *order == RawOrder::Cost {
                 let price = |c: &Candidate| {
@@ -270,4 +263,16 @@ pub(super) fn compile_looper(
             })
         }
     }
+}
+
+/// Reports each `(field, value)` that is 0; true when none is.
+fn all_positive(path: &str, fields: &[(&str, u64)], errors: &mut Errors) -> bool {
+    let mut ok = true;
+    for (field, value) in fields {
+        if *value == 0 {
+            errors.push(format!("{path}.{field}"), "must be greater than 0");
+            ok = false;
+        }
+    }
+    ok
 }
