@@ -6,6 +6,7 @@ pub mod compile;
 mod error;
 mod parse;
 pub mod raw;
+mod raw_contract;
 mod raw_identity;
 mod raw_selection;
 mod snapshot;
@@ -15,8 +16,9 @@ pub use error::{ConfigError, ConfigErrors, Errors};
 pub use snapshot::{
     Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, FusionLooper, Identity, Listen,
     Looper, Model, Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server,
-    Sessions, Snapshot,
+    Sessions, Snapshot, WorkflowsLooper,
 };
+pub use snapshot::{Contract, OnViolation};
 pub use store::{ConfigStore, ReloadOutcome};
 
 use sha2::{Digest, Sha256};

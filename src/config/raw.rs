@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+pub use super::raw_contract::{RawContractKind, RawOnViolation, RawOutputContract};
 pub use super::raw_identity::{RawBounds, RawIdentity, RawObjective, RawPolicy};
 pub use super::raw_selection::{
     RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,
@@ -488,6 +489,9 @@ pub struct RawDecision {
     pub algorithm: RawAlgorithm,
     /// A multi-model recipe over `modelRefs` instead of one pick.
     pub looper: Option<RawLooper>,
+    /// The shape the looper's final answer must have, enforced at the end of the recipe and
+    /// repaired once when broken.
+    pub output_contract: Option<RawOutputContract>,
 }
 
 /// A projection: evidence derived from other signals, referenced in rules as `NAME.OUTPUT`.

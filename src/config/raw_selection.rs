@@ -298,6 +298,40 @@ pub enum RawLooper {
         #[serde(default = "default_total_ms")]
         total_timeout_ms: u64,
     },
+    /// A planner writes a JSON plan of steps for the workers, validated before it runs; the
+    /// workers carry it out (independent steps in parallel), a verifier may check their results,
+    /// and the finalizer writes the answer from them, forwarded through Envoy so it streams.
+    Workflows {
+        /// The model (one of `modelRefs`) that writes the plan.
+        planner: String,
+        /// The model (one of `modelRefs`) that writes the final answer.
+        finalizer: String,
+        /// The model (one of `modelRefs`) that checks the step results, when one is named.
+        verifier: Option<String>,
+        /// Models a plan may assign steps to (default: every modelRef that is not the planner,
+        /// the finalizer or the verifier).
+        workers: Option<Vec<String>>,
+        /// Steps a plan may hold (default 4).
+        #[serde(default = "default_max_steps")]
+        max_steps: usize,
+        /// Steps run at once (default 3).
+        #[serde(default = "default_max_concurrent")]
+        max_parallel: usize,
+        /// Cap on `max_tokens` of the planner, worker and verifier calls (default 512).
+        #[serde(default = "default_looper_max_tokens")]
+        max_tokens: u64,
+        /// Deadline of one call in milliseconds (default 20000).
+        #[serde(default = "default_per_call_ms")]
+        per_call_timeout_ms: u64,
+        /// Deadline of planning, steps and verification together in milliseconds (default 60000).
+        #[serde(default = "default_total_ms")]
+        total_timeout_ms: u64,
+        /// A failed step, or a plan still invalid after its repair: `skip` (default: a failed
+        /// step is left out; an invalid plan leaves the finalizer the request alone), `fail`
+        /// (502), or `fallback` (stop and hand the finalizer what is done).
+        #[serde(default)]
+        on_error: RawLooperOnError,
+    },
     /// A panel of models answers in parallel; the synthesizer writes the final answer from
     /// theirs, forwarded through Envoy so it streams; the best panel answer is the fallback.
     Remom {
@@ -306,6 +340,9 @@ pub enum RawLooper {
         /// Answers asked of each panel model (default 1).
         #[serde(default = "default_samples")]
         samples: usize,
+        /// Breadth schedule: calls per round, spread over the panel in turn (e.g. `[4, 2]`).
+        /// Every round after the first sees the previous round's answers. Replaces `samples`.
+        breadth: Option<Vec<usize>>,
         /// Panel calls in flight at once (default 3).
         #[serde(default = "default_max_concurrent")]
         max_concurrent: usize,
@@ -322,6 +359,10 @@ pub enum RawLooper {
         #[serde(default = "default_total_ms")]
         total_timeout_ms: u64,
     },
+}
+
+fn default_max_steps() -> usize {
+    4
 }
 
 fn default_fusion_min_successes() -> usize {
@@ -349,6 +390,8 @@ pub enum RawMeasure {
     AvgLogprob,
     /// Mean gap to the best alternative token.
     Margin,
+    /// The model's own probability that its answer is correct, asked in a second call.
+    SelfVerify,
 }
 
 /// Escalation order of a confidence looper.

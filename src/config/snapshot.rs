@@ -180,6 +180,26 @@ pub struct Decision {
     pub vectors: DecisionVectors,
     /// A multi-model recipe run instead of one pick.
     pub looper: Option<Looper>,
+    /// The shape the looper's final answer must have.
+    pub contract: Option<Contract>,
+}
+
+/// An output contract and what a still-broken answer does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contract {
+    /// The shape.
+    pub shape: crate::llm::contract::OutputContract,
+    /// After the one repair.
+    pub on_violation: OnViolation,
+}
+
+/// What an answer still broken after its repair does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnViolation {
+    /// Returned, marked `violated`.
+    Annotate,
+    /// A 502 `contract_violated`.
+    Fail,
 }
 
 /// What a looper does when a tentative call fails.
@@ -204,6 +224,33 @@ pub enum Looper {
     Remom(RemomLooper),
     /// A panel judged, then finalized.
     Fusion(FusionLooper),
+    /// A validated plan carried out by workers, checked, then finalized.
+    Workflows(WorkflowsLooper),
+}
+
+/// Workflows' settings (model fields are candidate indices).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowsLooper {
+    /// Writes the plan.
+    pub planner: usize,
+    /// Writes the final answer (forwarded).
+    pub finalizer: usize,
+    /// Checks the step results.
+    pub verifier: Option<usize>,
+    /// Models steps may be assigned to.
+    pub workers: Vec<usize>,
+    /// Steps a plan may hold.
+    pub max_steps: usize,
+    /// Steps run at once.
+    pub max_parallel: usize,
+    /// Cap on `max_tokens` of every call before the finalizer.
+    pub max_tokens: u64,
+    /// Deadline of one call.
+    pub per_call: std::time::Duration,
+    /// Deadline of planning, steps and verification.
+    pub total: std::time::Duration,
+    /// A failed step or an invalid plan.
+    pub on_error: OnCallError,
 }
 
 /// Fusion's settings: a judge, and a panel whose synthesizer is the finalizer.
@@ -222,8 +269,10 @@ pub struct RemomLooper {
     pub synthesizer: usize,
     /// Candidate indices of the panel.
     pub panel: Vec<usize>,
-    /// Answers asked of each panel model.
+    /// Answers asked of each panel model (one round).
     pub samples: usize,
+    /// Calls per round when a breadth schedule is declared (empty: one round of `samples`).
+    pub breadth: Vec<usize>,
     /// Panel calls in flight at once.
     pub max_concurrent: usize,
     /// Panel answers needed.
@@ -244,6 +293,7 @@ impl Looper {
             Self::Ratings(r) => r.total,
             Self::Remom(r) => r.total,
             Self::Fusion(f) => f.panel.total,
+            Self::Workflows(w) => w.total,
         }
     }
 }

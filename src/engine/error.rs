@@ -81,6 +81,15 @@ pub enum RouteError {
         /// Why.
         reason: String,
     },
+    /// The answer broke the decision's output contract after its one repair, and the contract's
+    /// `onViolation` is `fail`.
+    #[error("the answer does not keep the {contract} output contract after one repair: {reason}")]
+    ContractViolated {
+        /// The contract kind.
+        contract: &'static str,
+        /// What is still wrong.
+        reason: String,
+    },
     /// A request carried mom-router's internal headers without the process's token.
     #[error("internal sub-request headers without a valid token")]
     InternalAuth,
@@ -109,6 +118,7 @@ impl RouteError {
             Self::SignalUnavailable { .. } => "signal_unavailable",
             Self::PolicyUnavailable { .. } => "policy_unavailable",
             Self::LooperFailed { .. } => "looper_failed",
+            Self::ContractViolated { .. } => "contract_violated",
             Self::InternalAuth => "internal_auth_failed",
             Self::TooDeep(_) => "loop_detected",
             Self::Protocol(_) => "router_misconfigured",
@@ -122,6 +132,7 @@ impl RouteError {
             | Self::SignalUnavailable { .. }
             | Self::PolicyUnavailable { .. }
             | Self::LooperFailed { .. }
+            | Self::ContractViolated { .. }
             | Self::TooDeep(_) => Fault::Internal,
             Self::InternalAuth => Fault::Client,
             Self::BadRequest(_)
@@ -143,7 +154,7 @@ impl RouteError {
                 (503, "server_error")
             }
             Self::Protocol(_) => (500, "server_error"),
-            Self::LooperFailed { .. } => (502, "server_error"),
+            Self::LooperFailed { .. } | Self::ContractViolated { .. } => (502, "server_error"),
             Self::InternalAuth => (403, "invalid_request_error"),
             Self::TooDeep(_) => (508, "server_error"),
         };

@@ -4,9 +4,9 @@
 //! own request to the last model, so Envoy streams that answer to the client (with its retries
 //! and access log) rather than mom-router buffering it.
 
-use super::{Reply, RouteError, Trace};
-use crate::config::{ConfidenceLooper, Decision, OnCallError, Snapshot};
-use crate::llm::logprobs::confidence;
+use super::{contract, Reply, RouteError, Trace};
+use crate::config::{ConfidenceLooper, Decision, Model, OnCallError, Snapshot};
+use crate::llm::logprobs::{confidence, yes_probability, Measure};
 use crate::llm::{CallError, ChatRequest, LlmClient};
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -44,14 +44,19 @@ pub(super) enum Ending {
 }
 
 /// A sub-request: the client's request, non-streaming, with log-probabilities asked (and the
-/// best alternatives when `alternatives`) and `max_tokens` capped at `max_tokens`.
+/// best alternatives when `alternatives`), `max_tokens` capped at `max_tokens`, and the output
+/// contract's instruction when the answer may be returned as it is.
 pub(super) fn sub_request_body(
     request: &ChatRequest,
     provider_model: &str,
     max_tokens: u64,
     alternatives: bool,
+    contract: Option<&crate::config::Contract>,
 ) -> Vec<u8> {
     let mut object = request.object().clone();
+    if let Some(contract) = contract {
+        contract::instruct(&mut object, &contract.shape);
+    }
     object.insert("model".to_owned(), json!(provider_model));
     object.insert("stream".to_owned(), json!(false));
     object.remove("stream_options");
@@ -120,36 +125,90 @@ pub(super) async fn confidence_cascade(
             });
             break;
         }
-        let margin = looper.measure == crate::llm::logprobs::Measure::Margin;
-        let body = sub_request_body(request, &model.provider_model, looper.max_tokens, margin);
+        let margin = looper.measure == Measure::Margin;
+        let body = sub_request_body(
+            request,
+            &model.provider_model,
+            looper.max_tokens,
+            margin,
+            decision.contract.as_ref(),
+        );
         let result = client
             .chat(&model.name, body, 1, looper.per_call.min(left))
             .await;
         match result {
             Ok(reply) => {
-                let usage = &reply.body["usage"];
-                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
-                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
-                let measured = confidence(&reply.body, looper.measure);
+                add_usage(&mut record, &reply.body);
+                let latency_ms = reply.latency.as_secs_f64() * 1000.0;
+                let measured = match looper.measure {
+                    Measure::SelfVerify => {
+                        let deadline = looper
+                            .per_call
+                            .min(looper.total.saturating_sub(started.elapsed()));
+                        self_verify(
+                            client,
+                            model,
+                            looper.max_tokens,
+                            request,
+                            &reply.body,
+                            deadline,
+                            &mut record,
+                        )
+                        .await
+                    }
+                    measure => confidence(&reply.body, measure),
+                };
                 let confident = measured.is_some_and(|c| c >= looper.threshold);
+                let mut outcome = match (measured, confident, looper.measure) {
+                    (None, _, Measure::SelfVerify) => "unverified",
+                    (None, _, _) => "no_logprobs",
+                    (Some(_), true, _) => "confident",
+                    (Some(_), false, _) => "unconfident",
+                }
+                .to_owned();
+                let mut body = reply.body;
+                let mut kept = confident;
+                if let (true, Some(contract)) = (confident, &decision.contract) {
+                    let messages = request.messages_json();
+                    let deadline = looper
+                        .per_call
+                        .min(looper.total.saturating_sub(started.elapsed()));
+                    let enforced = contract::enforce(
+                        client,
+                        &contract.shape,
+                        model,
+                        &messages,
+                        body,
+                        looper.max_tokens,
+                        deadline,
+                    )
+                    .await;
+                    record.usage.0 += enforced.usage.0;
+                    record.usage.1 += enforced.usage.1;
+                    body = enforced.body;
+                    trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
+                    if enforced.outcome == "violated" {
+                        // A confident answer in the wrong shape escalates like an unconfident one.
+                        outcome = "confident but contract violated".to_owned();
+                        kept = false;
+                    } else if enforced.outcome == "repaired" {
+                        outcome = "confident (repaired)".to_owned();
+                    }
+                }
                 record.steps.push(Step {
                     model: model.name.clone(),
-                    outcome: match (measured, confident) {
-                        (None, _) => "no_logprobs",
-                        (Some(_), true) => "confident",
-                        (Some(_), false) => "unconfident",
-                    }
-                    .to_owned(),
+                    outcome,
                     confidence: measured,
-                    latency_ms: reply.latency.as_secs_f64() * 1000.0,
+                    latency_ms,
                 });
-                if confident {
-                    let reply = answer(reply.body, request.stream, &record);
+                if kept {
+                    let reply = answer(body, request.stream, &record);
                     ending = Ending::Answer(reply);
                     trace.model = Some(model.name.clone());
                     trace.provider_model = Some(model.provider_model.clone());
                     break;
                 }
+                trace.contract = None;
             }
             Err(error) => {
                 record.steps.push(Step {
@@ -174,6 +233,47 @@ pub(super) async fn confidence_cascade(
     }
     trace.looper = Some(record);
     Ok(ending)
+}
+
+/// The model's own probability that `answer` (its reply to `request`) is correct: one more call
+/// asking YES or NO, read with [`yes_probability`].
+async fn self_verify(
+    client: &LlmClient,
+    model: &Model,
+    max_tokens: u64,
+    request: &ChatRequest,
+    answer: &Value,
+    deadline: std::time::Duration,
+    record: &mut LooperTrace,
+) -> Option<f64> {
+    if deadline.is_zero() {
+        return None;
+    }
+    let text = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    let body = json!({
+        "model": model.provider_model, "stream": false, "max_tokens": max_tokens.min(4),
+        "logprobs": true, "top_logprobs": 5,
+        "messages": [
+            {"role": "system", "content": "You check answers. Reply with one word: YES if the \
+              answer is correct and complete, NO if it is not."},
+            {"role": "user", "content": format!(
+                "Question:\n{}\n\nAnswer:\n{text}\n\nIs the answer correct?", request.last_user_text())},
+        ],
+    });
+    let reply = client
+        .chat(&model.name, body.to_string().into_bytes(), 1, deadline)
+        .await
+        .ok()?;
+    add_usage(record, &reply.body);
+    yes_probability(&reply.body)
+}
+
+/// Adds a reply's token usage to the recipe's total.
+pub(super) fn add_usage(record: &mut LooperTrace, body: &Value) {
+    record.usage.0 += body["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    record.usage.1 += body["usage"]["completion_tokens"].as_u64().unwrap_or(0);
 }
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the

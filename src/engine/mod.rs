@@ -3,15 +3,18 @@
 //! (parse → signals → decision → selection → action). The only await is the shared encoder's
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
+pub mod contract;
 mod error;
 mod fusion;
 mod looper;
 mod models;
 mod ratings;
+mod recipe;
 mod remom;
 mod select;
 mod session;
 mod trace;
+mod workflows;
 
 pub use error::{Fault, RouteError, MAX_DEPTH};
 pub use looper::{LooperTrace, Step};
@@ -19,7 +22,7 @@ pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use session::SessionTrace;
 pub use trace::Trace;
 
-use crate::config::{Decision, Fallback, Identity, Looper, Model, Policy, Snapshot};
+use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers, LlmClient};
@@ -59,6 +62,8 @@ pub struct Forward {
     /// An answer to give instead when the upstream response is not a success (ReMoM's best
     /// panel answer when its synthesis fails).
     pub fallback: Option<Box<Reply>>,
+    /// The output contract the response is checked against in the response phase.
+    pub contract: Option<crate::config::Contract>,
 }
 
 /// What happens to the request.
@@ -187,82 +192,19 @@ pub async fn on_request_body(
         return match route_identity(&context, identity, &request, &neural) {
             Ok((mut trace, chosen, decision)) => {
                 let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
-                let synthesized = match (looper, &services.client, depth) {
-                    (Some((decision, Looper::Remom(looper))), Some(client), 0) => Some(
-                        remom::remom(snapshot, client, decision, looper, &request, &mut trace)
-                            .await,
-                    ),
-                    (Some((decision, Looper::Fusion(looper))), Some(client), 0) => Some(
-                        fusion::fusion(snapshot, client, decision, looper, &request, &mut trace)
-                            .await,
-                    ),
-                    _ => None,
+                let routed = match (looper, &services.client, depth) {
+                    (Some((decision, looper)), Some(client), 0) => {
+                        recipe::run(snapshot, client, state, decision, looper, request, trace).await
+                    }
+                    _ => {
+                        let model = session::continue_session(
+                            snapshot, state, identity, headers, &request, &mut trace, chosen,
+                        )
+                        .await;
+                        forward(trace, request, &snapshot.models[model])
+                    }
                 };
-                if let Some(ended) = synthesized {
-                    return match ended {
-                        Ok(synthesis) => {
-                            let mut forward = synthesis.forward;
-                            forward.fallback = Some(Box::new(synthesis.fallback));
-                            trace.model = Some(forward.model.clone());
-                            trace.provider_model = Some(forward.provider_model.clone());
-                            Routed {
-                                action: Action::Forward(forward),
-                                trace,
-                            }
-                        }
-                        Err(error) => {
-                            let mut refused = refusal(snapshot, error);
-                            refused.trace.looper = trace.looper;
-                            refused
-                        }
-                    };
-                }
-                if let (Some((decision, Looper::Ratings(looper))), Some(client), 0) =
-                    (looper, &services.client, depth)
-                {
-                    let ended = ratings::ratings_ensemble(
-                        snapshot, client, state, decision, looper, &request, &mut trace,
-                    )
-                    .await;
-                    return match ended {
-                        Ok(reply) => Routed {
-                            action: Action::Respond(reply),
-                            trace,
-                        },
-                        Err(error) => {
-                            let mut refused = refusal(snapshot, error);
-                            refused.trace.looper = trace.looper;
-                            refused
-                        }
-                    };
-                }
-                if let (Some((decision, Looper::Confidence(looper))), Some(client), 0) =
-                    (looper, &services.client, depth)
-                {
-                    let ended = looper::confidence_cascade(
-                        snapshot, client, decision, looper, &request, &mut trace,
-                    )
-                    .await;
-                    return match ended {
-                        Ok(looper::Ending::Answer(reply)) => Routed {
-                            action: Action::Respond(reply),
-                            trace,
-                        },
-                        Ok(looper::Ending::Forward(model)) => {
-                            forward(trace, request, &snapshot.models[model])
-                        }
-                        Err(error) => {
-                            let mut refused = refusal(snapshot, error);
-                            refused.trace.looper = trace.looper;
-                            refused
-                        }
-                    };
-                }
-                let model = session::continue_session(
-                    snapshot, state, identity, headers, &request, &mut trace, chosen,
-                )
-                .await;
-                forward(trace, request, &snapshot.models[model])
+                bind_contract(routed, decision)
             }
             Err(error) => refusal(snapshot, error),
         };
@@ -489,6 +431,24 @@ fn route_identity<'s>(
     Ok((trace, model_index, Some(decision)))
 }
 
+/// A forwarded request of a decision with an output contract carries the contract's
+/// instruction in its system message, and the contract for the response phase to check.
+fn bind_contract(mut routed: Routed, decision: Option<&Decision>) -> Routed {
+    let Some(contract) = decision.and_then(|d| d.contract.as_ref()) else {
+        return routed;
+    };
+    if let Action::Forward(forward) = &mut routed.action {
+        if let Ok(serde_json::Value::Object(mut object)) =
+            serde_json::from_slice::<serde_json::Value>(&forward.body)
+        {
+            contract::instruct(&mut object, &contract.shape);
+            forward.body = serde_json::Value::Object(object).to_string().into_bytes();
+        }
+        forward.contract = Some(contract.clone());
+    }
+    routed
+}
+
 fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
     trace.model = Some(model.name.clone());
     trace.provider_model = Some(model.provider_model.clone());
@@ -505,6 +465,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             body: request.into_body_for(&model.provider_model),
             stream,
             fallback: None,
+            contract: None,
         }),
         trace,
     }

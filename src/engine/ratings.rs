@@ -5,9 +5,10 @@
 //! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
 //! the request (502).
 
+use super::contract::{content, enforce};
 use super::looper::{answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Reply, RouteError, Trace};
-use crate::config::{Decision, RatingsLooper, Snapshot};
+use crate::config::{Decision, OnViolation, RatingsLooper, Snapshot};
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use crate::selection::ELO_START;
@@ -29,7 +30,13 @@ pub(super) async fn ratings_ensemble(
         .iter()
         .map(|candidate| {
             let model = &snapshot.models[candidate.model];
-            let body = sub_request_body(request, &model.provider_model, looper.max_tokens, false);
+            let body = sub_request_body(
+                request,
+                &model.provider_model,
+                looper.max_tokens,
+                false,
+                decision.contract.as_ref(),
+            );
             (candidate.model, model.name.clone(), body)
         })
         .collect();
@@ -49,7 +56,7 @@ pub(super) async fn ratings_ensemble(
         steps: Vec::new(),
         usage: (0, 0),
     };
-    let mut best: Option<(f64, &crate::config::Model, serde_json::Value)> = None;
+    let mut answers: Vec<(f64, &crate::config::Model, serde_json::Value)> = Vec::new();
     for (model, result) in results {
         match result {
             Ok(reply) => {
@@ -66,9 +73,7 @@ pub(super) async fn ratings_ensemble(
                     confidence: measured,
                     latency_ms: reply.latency.as_secs_f64() * 1000.0,
                 });
-                if best.as_ref().is_none_or(|(top, _, _)| score > *top) {
-                    best = Some((score, model, reply.body));
-                }
+                answers.push((score, model, reply.body));
             }
             Err(error) => record.steps.push(Step {
                 model: model.name.clone(),
@@ -101,13 +106,43 @@ pub(super) async fn ratings_ensemble(
             ),
         });
     }
-    let Some((_, model, body)) = best else {
+    // Best score first; with an output contract, answers that keep it come before those that
+    // do not, and a best answer that breaks it gets its one repair.
+    answers.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if let Some(contract) = &decision.contract {
+        let keeps = |body: &serde_json::Value| contract.shape.check(content(body)).is_ok();
+        answers.sort_by_key(|(_, _, body)| !keeps(body));
+    }
+    let Some((_, model, mut body)) = answers.into_iter().next() else {
         trace.looper = Some(record);
         return Err(RouteError::LooperFailed {
             model: decision.name.clone(),
             reason: "no model answered".to_owned(),
         });
     };
+    if let Some(contract) = &decision.contract {
+        let enforced = enforce(
+            client,
+            &contract.shape,
+            model,
+            &request.messages_json(),
+            body,
+            looper.max_tokens,
+            looper.per_call,
+        )
+        .await;
+        record.usage.0 += enforced.usage.0;
+        record.usage.1 += enforced.usage.1;
+        body = enforced.body;
+        trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
+        if let (Some(reason), OnViolation::Fail) = (enforced.reason, contract.on_violation) {
+            trace.looper = Some(record);
+            return Err(RouteError::ContractViolated {
+                contract: contract.shape.name(),
+                reason,
+            });
+        }
+    }
     trace.model = Some(model.name.clone());
     trace.provider_model = Some(model.provider_model.clone());
     let reply = answer(body, request.stream, &record);

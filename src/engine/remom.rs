@@ -5,9 +5,9 @@
 //! answer (highest mean token probability) is held as evidence: if the synthesizer's response is
 //! not a success, mom-router answers with that evidence instead.
 
-use super::looper::{answer, fan_out, sub_request_body, LooperTrace, Step};
+use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Forward, Reply, RouteError, Trace};
-use crate::config::{Decision, RemomLooper, Snapshot};
+use crate::config::{Decision, Model, RemomLooper, Snapshot};
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use serde_json::{json, Value};
@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 pub(super) struct Synthesis {
     /// The rewritten request for the synthesizer.
     pub forward: Forward,
-    /// The best panel answer.
-    pub fallback: Reply,
+    /// The best evidence in hand (none when there is nothing to answer with).
+    pub fallback: Option<Reply>,
 }
 
 /// One panel answer: its mean token probability, the model, the reply.
@@ -39,7 +39,10 @@ pub(super) async fn remom(
     ))
 }
 
-/// Asks the panel; fails when fewer than `minSuccesses` answered. Answers come best first.
+/// Asks the panel — one round of `samples` calls per model, or the rounds of the breadth
+/// schedule — and fails when the first round has fewer than `minSuccesses` answers. A later
+/// round sees the previous round's answers; one with too few answers ends the schedule and the
+/// previous round's answers stand. Answers come best first.
 pub(super) async fn panel(
     snapshot: &Snapshot,
     client: &LlmClient,
@@ -49,73 +52,72 @@ pub(super) async fn panel(
     kind: &'static str,
     trace: &mut Trace,
 ) -> Result<(Vec<Answer>, LooperTrace), RouteError> {
-    let mut calls: Vec<(usize, String, Vec<u8>)> = Vec::new();
-    for &candidate in &looper.panel {
-        let model = &snapshot.models[decision.candidates[candidate].model];
-        for sample in 0..looper.samples {
-            let mut body: Value = serde_json::from_slice(&sub_request_body(
-                request,
-                &model.provider_model,
-                looper.max_tokens,
-                false,
-            ))
-            .unwrap_or(Value::Null);
-            if looper.samples > 1 {
-                body["seed"] = json!(sample);
-            }
-            calls.push((
-                decision.candidates[candidate].model,
-                model.name.clone(),
-                body.to_string().into_bytes(),
-            ));
-        }
-    }
-    let results = fan_out(
-        client,
-        calls,
-        looper.max_concurrent,
-        looper.per_call,
-        looper.total,
-    )
-    .await;
+    let started = std::time::Instant::now();
+    let schedule = if looper.breadth.is_empty() {
+        vec![looper.panel.len() * looper.samples]
+    } else {
+        looper.breadth.clone()
+    };
     let mut record = LooperTrace {
         kind,
         steps: Vec::new(),
         usage: (0, 0),
     };
     let mut answers: Vec<Answer> = Vec::new();
-    for (index, result) in results {
-        let model = &snapshot.models[index];
-        match result {
-            Ok(reply) => {
-                let usage = &reply.body["usage"];
-                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
-                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
-                let measured = confidence(&reply.body, Measure::AvgLogprob);
-                let text = reply.body["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                record.steps.push(Step {
-                    model: model.name.clone(),
-                    outcome: "answered".to_owned(),
-                    confidence: measured,
-                    latency_ms: reply.latency.as_secs_f64() * 1000.0,
-                });
-                if !text.trim().is_empty() {
-                    answers.push((
-                        measured.map_or(0.5, f64::exp),
-                        model.name.clone(),
-                        reply.body,
-                    ));
-                }
+    for (round, &width) in schedule.iter().enumerate() {
+        let left = looper.total.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        let calls = round_calls(snapshot, decision, looper, request, round, width, &answers);
+        let results = fan_out(client, calls, looper.max_concurrent, looper.per_call, left).await;
+        let label = |name: &str| {
+            if schedule.len() > 1 {
+                format!("{name} (round {})", round + 1)
+            } else {
+                name.to_owned()
             }
-            Err(error) => record.steps.push(Step {
-                model: model.name.clone(),
-                outcome: format!("error: {error}"),
-                confidence: None,
-                latency_ms: 0.0,
-            }),
+        };
+        let mut fresh: Vec<Answer> = Vec::new();
+        for (index, result) in results {
+            let model = &snapshot.models[index];
+            match result {
+                Ok(reply) => {
+                    add_usage(&mut record, &reply.body);
+                    let measured = confidence(&reply.body, Measure::AvgLogprob);
+                    let text = reply.body["choices"][0]["message"]["content"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    record.steps.push(Step {
+                        model: label(&model.name),
+                        outcome: "answered".to_owned(),
+                        confidence: measured,
+                        latency_ms: reply.latency.as_secs_f64() * 1000.0,
+                    });
+                    if !text.trim().is_empty() {
+                        fresh.push((
+                            measured.map_or(0.5, f64::exp),
+                            model.name.clone(),
+                            reply.body,
+                        ));
+                    }
+                }
+                Err(error) => record.steps.push(Step {
+                    model: label(&model.name),
+                    outcome: format!("error: {error}"),
+                    confidence: None,
+                    latency_ms: 0.0,
+                }),
+            }
+        }
+        if fresh.len() < looper.min_successes && round > 0 {
+            break;
+        }
+        fresh.sort_by(|a, b| b.0.total_cmp(&a.0));
+        answers = fresh;
+        if answers.len() < looper.min_successes {
+            break;
         }
     }
     record.steps.sort_by(|a, b| a.model.cmp(&b.model));
@@ -129,8 +131,55 @@ pub(super) async fn panel(
             reason: format!("{answered} of {calls} panel calls answered; {needed} needed"),
         });
     }
-    answers.sort_by(|a, b| b.0.total_cmp(&a.0));
     Ok((answers, record))
+}
+
+/// The calls of one round: `width` calls spread over the panel in turn (or `samples` per model
+/// in a single round), each with its own `seed` (round × 1000 + call) when a model is asked more
+/// than once or the round is not the first; from the
+/// second round on, the previous round's answers are added as a system message.
+fn round_calls(
+    snapshot: &Snapshot,
+    decision: &Decision,
+    looper: &RemomLooper,
+    request: &ChatRequest,
+    round: usize,
+    width: usize,
+    previous: &[Answer],
+) -> Vec<(usize, String, Vec<u8>)> {
+    let repeated = width > looper.panel.len();
+    (0..width)
+        .map(|k| {
+            let candidate = looper.panel[k % looper.panel.len()];
+            let model = &snapshot.models[decision.candidates[candidate].model];
+            let mut body: Value = serde_json::from_slice(&sub_request_body(
+                request,
+                &model.provider_model,
+                looper.max_tokens,
+                false,
+                None,
+            ))
+            .unwrap_or(Value::Null);
+            if repeated || round > 0 {
+                body["seed"] = json!(round * 1000 + k);
+            }
+            if round > 0 && !previous.is_empty() {
+                let note = format!(
+                    "Answers to this request from an earlier round follow, best first. Write a \
+                     better answer: keep what is right in them and fix what is wrong.\n\n{}",
+                    evidence(previous)
+                );
+                if let Some(messages) = body["messages"].as_array_mut() {
+                    messages.insert(0, json!({"role": "system", "content": note}));
+                }
+            }
+            (
+                decision.candidates[candidate].model,
+                model.name.clone(),
+                body.to_string().into_bytes(),
+            )
+        })
+        .collect()
 }
 
 /// The panel's answers, numbered, best first.
@@ -168,8 +217,6 @@ pub(super) fn synthesis(
     trace: &mut Trace,
 ) -> Synthesis {
     let synthesizer = &snapshot.models[decision.candidates[looper.synthesizer].model];
-    let mut object = request.object().clone();
-    object.insert("model".to_owned(), json!(synthesizer.provider_model));
     let mut brief = format!(
         "Other models answered the user's last message. Their answers follow, best first. Write \
          the single best final answer: keep what they agree on, resolve or point out where they \
@@ -181,6 +228,19 @@ pub(super) fn synthesis(
             "\n\nA judge compared them (disagreement is evidence to weigh, not a vote):\n{analysis}"
         ));
     }
+    let best = answers.swap_remove(0);
+    let fallback = answer(best.2, request.stream, &record);
+    trace.looper = Some(record);
+    Synthesis {
+        forward: briefed(request, synthesizer, &brief),
+        fallback: Some(fallback),
+    }
+}
+
+/// The client's request for `model` with `brief` added as a first system message.
+pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forward {
+    let mut object = request.object().clone();
+    object.insert("model".to_owned(), json!(model.provider_model));
     let mut messages = object
         .get("messages")
         .and_then(Value::as_array)
@@ -188,18 +248,13 @@ pub(super) fn synthesis(
         .unwrap_or_default();
     messages.insert(0, json!({"role": "system", "content": brief}));
     object.insert("messages".to_owned(), Value::Array(messages));
-    let best = answers.swap_remove(0);
-    let fallback = answer(best.2, request.stream, &record);
-    trace.looper = Some(record);
-    Synthesis {
-        forward: Forward {
-            estimated_prompt_tokens: crate::signals::estimate_tokens(request),
-            model: synthesizer.name.clone(),
-            provider_model: synthesizer.provider_model.clone(),
-            body: Value::Object(object).to_string().into_bytes(),
-            stream: request.stream,
-            fallback: None,
-        },
-        fallback,
+    Forward {
+        estimated_prompt_tokens: crate::signals::estimate_tokens(request),
+        model: model.name.clone(),
+        provider_model: model.provider_model.clone(),
+        body: Value::Object(object).to_string().into_bytes(),
+        stream: request.stream,
+        fallback: None,
+        contract: None,
     }
 }

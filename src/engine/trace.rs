@@ -30,6 +30,9 @@ pub struct Trace {
     pub session: Option<SessionTrace>,
     /// What a looper did, when the decision ran one.
     pub looper: Option<LooperTrace>,
+    /// The output contract's kind and outcome (`kept`, `repaired`, `violated`, `unchecked`),
+    /// once the answer was checked.
+    pub contract: Option<(&'static str, String)>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
     /// Logical model chosen.
@@ -57,6 +60,7 @@ impl Trace {
             run_id: None,
             session: None,
             looper: None,
+            contract: None,
             fallback_used: false,
             model: None,
             provider_model: None,
@@ -100,6 +104,9 @@ impl Trace {
                 headers.push(("x-mom-looper-fallback", "evidence".to_owned()));
             }
         }
+        if let Some(contract) = self.contract_label() {
+            headers.push(("x-mom-contract", contract));
+        }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
         }
@@ -130,6 +137,13 @@ impl Trace {
             })
             .collect();
         steps.join(",")
+    }
+
+    /// `kind:outcome` of the output contract, once checked.
+    pub fn contract_label(&self) -> Option<String> {
+        self.contract
+            .as_ref()
+            .map(|(kind, outcome)| format!("{kind}:{outcome}"))
     }
 
     /// The decision name, or `none` when no decision matched.

@@ -84,6 +84,9 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
         fields.insert("looper".to_owned(), string(looper.kind));
         fields.insert("looper_steps".to_owned(), string(&trace.looper_label()));
     }
+    if let Some(contract) = trace.contract_label() {
+        fields.insert("contract".to_owned(), string(&contract));
+    }
     if let Some(session) = &trace.session {
         fields.insert("session".to_owned(), string(session.status));
         fields.insert("session_reason".to_owned(), string(&session.reason));
@@ -191,8 +194,19 @@ pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
     }
 }
 
-/// The response-headers reply: `x-mom-*` headers, and STREAMED response body when asked.
-pub fn response_headers(trace: Option<&Trace>, stream_body: bool) -> ProcessingResponse {
+/// How the response body reaches mom-router.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyMode {
+    /// Not at all (the filter's configured mode).
+    Unchanged,
+    /// Chunk by chunk as it passes (observation, streamed contract checks).
+    Streamed,
+    /// Whole, before the client sees any of it (contract checks that may repair).
+    Buffered,
+}
+
+/// The response-headers reply: `x-mom-*` headers, and the response body mode asked for.
+pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResponse {
     let set_headers = trace
         .map(|t| {
             t.response_headers("upstream")
@@ -201,11 +215,16 @@ pub fn response_headers(trace: Option<&Trace>, stream_body: bool) -> ProcessingR
                 .collect()
         })
         .unwrap_or_default();
-    let mode_override = stream_body.then_some(ProcessingMode {
+    let response_body_mode = match body {
+        BodyMode::Unchanged => None,
+        BodyMode::Streamed => Some(BodySendMode::Streamed),
+        BodyMode::Buffered => Some(BodySendMode::Buffered),
+    };
+    let mode_override = response_body_mode.map(|mode| ProcessingMode {
         request_header_mode: HeaderSendMode::Send as i32,
         response_header_mode: HeaderSendMode::Send as i32,
         request_body_mode: BodySendMode::Buffered as i32,
-        response_body_mode: BodySendMode::Streamed as i32,
+        response_body_mode: mode as i32,
         request_trailer_mode: HeaderSendMode::Skip as i32,
         response_trailer_mode: HeaderSendMode::Skip as i32,
     });
@@ -220,6 +239,42 @@ pub fn response_headers(trace: Option<&Trace>, stream_body: bool) -> ProcessingR
             }),
         })),
         mode_override,
+        ..Default::default()
+    }
+}
+
+/// A checked response body: `x-mom-contract` (and content-length when the body is replaced),
+/// the replacement body when there is one, and the metadata with the check's outcome. Headers
+/// only apply while Envoy holds them (a BUFFERED body); a streamed body gets the metadata only.
+pub fn checked_response_body(
+    trace: &Trace,
+    body: Option<Vec<u8>>,
+    held: bool,
+) -> ProcessingResponse {
+    let mut set_headers = Vec::new();
+    if held {
+        if let Some(contract) = trace.contract_label() {
+            set_headers.push(set_header("x-mom-contract", &contract));
+        }
+        if let Some(body) = &body {
+            set_headers.push(set_header("content-length", &body.len().to_string()));
+        }
+    }
+    let common = CommonResponse {
+        header_mutation: (!set_headers.is_empty()).then_some(HeaderMutation {
+            set_headers,
+            remove_headers: Vec::new(),
+        }),
+        body_mutation: body.map(|body| BodyMutation {
+            mutation: Some(Mutation::Body(body)),
+        }),
+        ..Default::default()
+    };
+    ProcessingResponse {
+        response: Some(Response::ResponseBody(BodyResponse {
+            response: Some(common),
+        })),
+        dynamic_metadata: Some(metadata(trace, "upstream")),
         ..Default::default()
     }
 }

@@ -6,7 +6,7 @@ use crate::engine::Services;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
-    PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
+    ContractLabels, PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
 use crate::state::{now_ms, Observation, Run, Timing};
@@ -31,10 +31,26 @@ pub struct StreamState {
     headers: Headers,
     /// Set once the request was forwarded: the evidence, the chosen model and stream flag.
     forwarded: Option<Forwarded>,
-    /// A complete request body held while Envoy is asked for more time (policies with loopers):
-    /// routed by [`StreamState::resume`] before the next message is read.
-    pending_body: Option<HttpBody>,
+    /// A complete body held while Envoy is asked for more time: a request body of a policy
+    /// with loopers, or a response body whose contract repair needs a model call. Handled by
+    /// [`StreamState::resume`] before the next message is read.
+    pending: Option<Pending>,
 }
+
+/// A body waiting for [`StreamState::resume`].
+enum Pending {
+    /// Route it (loopers may run).
+    Request(HttpBody),
+    /// Repair it against the output contract.
+    Repair(HttpBody),
+}
+
+/// The deadline of a contract repair made in the response phase.
+const REPAIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Bytes of a streamed response collected for its contract check; past this, the check reads
+/// what was collected.
+const MAX_COLLECTED: usize = 4 << 20;
 
 struct Forwarded {
     trace: Trace,
@@ -47,6 +63,13 @@ struct Forwarded {
     scanner: Option<UsageScanner>,
     /// The answer to give instead of a failed upstream response (ReMoM's evidence).
     fallback: Option<Box<crate::engine::Reply>>,
+    /// The output contract the answer is checked against, with the forwarded request body
+    /// (the conversation a repair continues).
+    contract: Option<(crate::config::Contract, Vec<u8>)>,
+    /// How the response body comes: BUFFERED when a contract check may repair it.
+    body_mode: convert::BodyMode,
+    /// A streamed response's bytes, collected for its contract check.
+    collected: Vec<u8>,
 }
 
 impl StreamState {
@@ -58,20 +81,20 @@ impl StreamState {
             services,
             headers: Headers::default(),
             forwarded: None,
-            pending_body: None,
+            pending: None,
         }
     }
 
-    /// Routes a body held back by [`StreamState::handle`]; `None` when nothing is held.
+    /// Handles a body held back by [`StreamState::handle`]; `None` when nothing is held.
     pub async fn resume(&mut self) -> Option<ProcessingResponse> {
-        let body = self.pending_body.take()?;
         let started = Instant::now();
-        let response = self.on_request_body(body).await;
+        let (phase, response) = match self.pending.take()? {
+            Pending::Request(body) => ("request_body", self.on_request_body(body).await),
+            Pending::Repair(body) => ("response_body", self.repair(body).await),
+        };
         self.metrics
             .phase_seconds
-            .get_or_create(&PhaseLabels {
-                phase: "request_body",
-            })
+            .get_or_create(&PhaseLabels { phase })
             .observe(started.elapsed().as_secs_f64());
         Some(response)
     }
@@ -85,14 +108,23 @@ impl StreamState {
             Request::RequestBody(b) => match self.snapshot.looper_budget {
                 // A looper may run: ask Envoy for its deadline first, route on the next poll.
                 Some(budget) if b.end_of_stream => {
-                    self.pending_body = Some(b);
+                    self.pending = Some(Pending::Request(b));
                     let wait = (budget + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT);
                     return Some(convert::extend_timeout(wait));
                 }
                 _ => ("request_body", self.on_request_body(b).await),
             },
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
-            Request::ResponseBody(b) => ("response_body", self.on_response_body(&b)),
+            Request::ResponseBody(b) => {
+                if self.needs_repair(&b) {
+                    // The answer breaks its contract: ask Envoy to wait for the repair call.
+                    self.pending = Some(Pending::Repair(b));
+                    return Some(convert::extend_timeout(
+                        (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
+                    ));
+                }
+                ("response_body", self.on_response_body(&b))
+            }
             Request::RequestTrailers(_) => {
                 ("request_trailers", convert::continue_request_trailers())
             }
@@ -174,6 +206,7 @@ impl StreamState {
                 trace.run_id = Some(run_id);
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
+                let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -185,10 +218,14 @@ impl StreamState {
                     first_chunk: None,
                     scanner: None,
                     fallback,
+                    contract,
+                    body_mode: convert::BodyMode::Unchanged,
+                    collected: Vec::new(),
                 });
                 response
             }
             Action::Respond(reply) => {
+                self.count_contract(&trace);
                 self.metrics
                     .replied
                     .get_or_create(&ReplyLabels {
@@ -213,7 +250,7 @@ impl StreamState {
         let status = headers.get(":status").unwrap_or_default();
         let observe = self.snapshot.observe_responses;
         let Some(forwarded) = &mut self.forwarded else {
-            return convert::response_headers(None, false);
+            return convert::response_headers(None, convert::BodyMode::Unchanged);
         };
         let class = match status.chars().next() {
             Some(c @ '1'..='5') => format!("{c}xx"),
@@ -238,16 +275,163 @@ impl StreamState {
             forwarded.first_chunk = Some(Instant::now());
             let forwarded_at = forwarded.at;
             self.record(forwarded_at, crate::llm::Usage::default());
-            return convert::response_headers(self.forwarded.as_ref().map(|f| &f.trace), false);
+            return convert::response_headers(
+                self.forwarded.as_ref().map(|f| &f.trace),
+                convert::BodyMode::Unchanged,
+            );
         }
-        let watch_body = success && !message.end_of_stream && (forwarded.stream || observe);
+        let checked = forwarded.contract.is_some();
+        let watch_body =
+            success && !message.end_of_stream && (forwarded.stream || observe || checked);
         if watch_body && observe {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }
-        convert::response_headers(Some(&forwarded.trace), watch_body)
+        forwarded.body_mode = match (watch_body, checked && !forwarded.stream) {
+            (false, _) => convert::BodyMode::Unchanged,
+            (true, true) => convert::BodyMode::Buffered,
+            (true, false) => convert::BodyMode::Streamed,
+        };
+        if !watch_body {
+            // A failed response is not checked against the contract.
+            forwarded.contract = None;
+        }
+        convert::response_headers(Some(&forwarded.trace), forwarded.body_mode)
+    }
+
+    /// True for the complete buffered body of an answer that breaks its contract, when a
+    /// repair can be asked for.
+    fn needs_repair(&self, message: &HttpBody) -> bool {
+        let Some(forwarded) = &self.forwarded else {
+            return false;
+        };
+        let Some((contract, _)) = &forwarded.contract else {
+            return false;
+        };
+        if forwarded.body_mode != convert::BodyMode::Buffered
+            || !message.end_of_stream
+            || self.services.client.is_none()
+        {
+            return false;
+        }
+        let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
+        contract
+            .shape
+            .check(crate::engine::contract::content(&body))
+            .is_err()
+    }
+
+    /// Repairs a buffered answer that broke its contract: one call to the same model through
+    /// Envoy; the repaired answer replaces the body, or the original stays (marked violated), or
+    /// the client gets a 502 when the contract says `fail`.
+    async fn repair(&mut self, message: HttpBody) -> ProcessingResponse {
+        self.observe_body(&message);
+        let snapshot = Arc::clone(&self.snapshot);
+        let (Some(forwarded), Some(client)) = (&mut self.forwarded, &self.services.client) else {
+            return convert::continue_response_body();
+        };
+        let Some((contract, request)) = forwarded.contract.take() else {
+            return convert::continue_response_body();
+        };
+        let Some(model) = snapshot
+            .model_index(&forwarded.model)
+            .map(|i| &snapshot.models[i])
+        else {
+            return convert::continue_response_body();
+        };
+        let request: serde_json::Value = serde_json::from_slice(&request).unwrap_or_default();
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let max_tokens = request["max_tokens"].as_u64().unwrap_or(1024);
+        let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
+        let mut enforced = crate::engine::contract::enforce(
+            client,
+            &contract.shape,
+            model,
+            &messages,
+            body,
+            max_tokens,
+            REPAIR_DEADLINE,
+        )
+        .await;
+        forwarded.trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
+        let trace = forwarded.trace.clone();
+        self.count_contract(&trace);
+        match (enforced.outcome, enforced.reason, contract.on_violation) {
+            ("repaired", _, _) => {
+                let usage = &mut enforced.body["usage"];
+                if usage.is_object() {
+                    for (field, added) in [
+                        ("prompt_tokens", enforced.usage.0),
+                        ("completion_tokens", enforced.usage.1),
+                        ("total_tokens", enforced.usage.0 + enforced.usage.1),
+                    ] {
+                        let before = usage[field].as_u64().unwrap_or(0);
+                        usage[field] = serde_json::json!(before + added);
+                    }
+                }
+                let body = enforced.body.to_string().into_bytes();
+                convert::checked_response_body(&trace, Some(body), true)
+            }
+            (_, Some(reason), crate::config::OnViolation::Fail) => {
+                let error = RouteError::ContractViolated {
+                    contract: contract.shape.name(),
+                    reason,
+                };
+                let mut trace = trace;
+                trace.error = Some((error.code(), error.fault()));
+                convert::immediate(&error.reply(), &trace)
+            }
+            _ => convert::checked_response_body(&trace, None, true),
+        }
+    }
+
+    /// Counts a finished contract check.
+    fn count_contract(&self, trace: &Trace) {
+        if let Some((contract, outcome)) = &trace.contract {
+            self.metrics
+                .contract_checks
+                .get_or_create(&ContractLabels {
+                    contract,
+                    outcome: outcome.clone(),
+                })
+                .inc();
+        }
     }
 
     fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
+        self.observe_body(message);
+        let Some(forwarded) = &mut self.forwarded else {
+            return convert::continue_response_body();
+        };
+        let Some((contract, _)) = &forwarded.contract else {
+            return convert::continue_response_body();
+        };
+        let held = forwarded.body_mode == convert::BodyMode::Buffered;
+        if !held && forwarded.collected.len() < MAX_COLLECTED {
+            forwarded.collected.extend_from_slice(&message.body);
+        }
+        if !message.end_of_stream {
+            return convert::continue_response_body();
+        }
+        let text = if held {
+            let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
+            crate::engine::contract::content(&body).to_owned()
+        } else {
+            crate::llm::usage::streamed_text(&forwarded.collected)
+        };
+        // Kept, or broken with no way to repair: streamed bytes are already with the client.
+        let outcome = match contract.shape.check(&text) {
+            Ok(()) => "kept",
+            Err(_) => "violated",
+        };
+        forwarded.trace.contract = Some((contract.shape.name(), outcome.to_owned()));
+        forwarded.contract = None;
+        let trace = forwarded.trace.clone();
+        self.count_contract(&trace);
+        convert::checked_response_body(&trace, None, held)
+    }
+
+    /// Times the first chunk and feeds the usage scanner; records the response when it ends.
+    fn observe_body(&mut self, message: &HttpBody) {
         let mut finished = None;
         if let Some(forwarded) = &mut self.forwarded {
             if forwarded.first_chunk.is_none() {
@@ -268,7 +452,6 @@ impl StreamState {
         if let Some((at, usage)) = finished {
             self.record(at, usage);
         }
-        convert::continue_response_body()
     }
 
     /// Adds the finished response's timings and usage to the model's statistics.

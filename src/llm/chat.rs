@@ -126,6 +126,15 @@ impl ChatRequest {
             .filter(|n| *n > 0)
     }
 
+    /// The `messages` array as the client sent it (empty when absent).
+    pub fn messages_json(&self) -> Vec<Value> {
+        self.object
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The last user message's text, or empty.
     pub fn last_user_text(&self) -> &str {
         self.messages

@@ -4,6 +4,7 @@
 
 pub mod chat;
 pub mod client;
+pub mod contract;
 pub mod error_body;
 pub mod headers;
 pub mod logprobs;

@@ -111,8 +111,32 @@ fn usage_of(reply: &Value) -> Usage {
     }
 }
 
+/// The answer text of a server-sent-events body: every chunk's `choices[0].delta.content`, in
+/// order.
+pub fn streamed_text(body: &[u8]) -> String {
+    let mut text = String::new();
+    for line in body.split(|b| *b == b'\n') {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            continue;
+        };
+        let Ok(chunk) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
+            continue;
+        };
+        if let Some(piece) = chunk["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(piece);
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn streamed_text_joins_the_content_deltas() {
+        let body = b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"ANS\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"WER: B\"}}]}\n\ndata: [DONE]\n\n";
+        assert_eq!(super::streamed_text(body), "ANSWER: B");
+    }
+
     use super::*;
 
     #[test]

@@ -72,6 +72,15 @@ pub struct OutcomeLabels {
     pub kind: &'static str,
 }
 
+/// Labels of an output-contract check.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContractLabels {
+    /// `multiple_choice`, `code`, `json_schema` or `regex`.
+    pub contract: &'static str,
+    /// `kept`, `repaired` or `violated`.
+    pub outcome: String,
+}
+
 /// The registry and every metric in it.
 #[derive(Debug)]
 pub struct Metrics {
@@ -98,6 +107,8 @@ pub struct Metrics {
     pub state_fallbacks: Family<StateLabels, Counter>,
     /// Outcomes credited.
     pub outcomes: Family<OutcomeLabels, Counter>,
+    /// Answers checked against an output contract, by outcome.
+    pub contract_checks: Family<ContractLabels, Counter>,
 }
 
 fn phase_histogram() -> Histogram {
@@ -175,8 +186,15 @@ impl Metrics {
             "Outcomes credited through POST /v1/outcomes",
             outcomes.clone(),
         );
+        let contract_checks = Family::<ContractLabels, Counter>::default();
+        registry.register(
+            "contract_checks",
+            "Answers checked against a decision's output contract: kept, repaired or violated",
+            contract_checks.clone(),
+        );
         Self {
             registry,
+            contract_checks,
             signal_errors,
             state_fallbacks,
             outcomes,

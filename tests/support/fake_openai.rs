@@ -39,6 +39,8 @@ pub struct FakeBackend {
     pub fail_status: Arc<AtomicU64>,
     /// When set, the text of every answer (instead of the echo).
     pub reply_text: Arc<Mutex<Option<String>>>,
+    /// Texts of the next answers, first in first out; ahead of `reply_text` and the echo.
+    pub queued: Arc<Mutex<std::collections::VecDeque<String>>>,
 }
 
 impl FakeBackend {
@@ -52,7 +54,27 @@ impl FakeBackend {
             logprob_bits: Arc::new(AtomicU64::new((-0.05f64).to_bits())),
             fail_status: Arc::new(AtomicU64::new(0)),
             reply_text: Arc::new(Mutex::new(None)),
+            queued: Arc::new(Mutex::new(std::collections::VecDeque::new())),
         }
+    }
+
+    /// Queues the texts of the next answers, in order.
+    pub fn queue(&self, texts: &[&str]) {
+        if let Ok(mut queued) = self.queued.lock() {
+            queued.extend(texts.iter().map(|t| (*t).to_owned()));
+        }
+    }
+
+    /// Every request body received, parsed.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.seen
+            .lock()
+            .map(|seen| {
+                seen.iter()
+                    .filter_map(|s| serde_json::from_slice(&s.body).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Sets the per-token log-probability this backend reports.
@@ -116,11 +138,15 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         backend.name,
         last.chars().take(60).collect::<String>()
     );
-    let text = backend
-        .reply_text
-        .lock()
-        .ok()
-        .and_then(|fixed| fixed.clone())
+    let queued = backend.queued.lock().ok().and_then(|mut q| q.pop_front());
+    let text = queued
+        .or_else(|| {
+            backend
+                .reply_text
+                .lock()
+                .ok()
+                .and_then(|fixed| fixed.clone())
+        })
         .unwrap_or(text);
     let stream = request["stream"].as_bool().unwrap_or(false);
     let tag = [("x-fake-backend", backend.name.clone())];

@@ -357,6 +357,7 @@ fn objective_decision(
         algorithm,
         vectors,
         looper: None,
+        contract: None,
     })
 }
 

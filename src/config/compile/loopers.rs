@@ -4,6 +4,7 @@ use crate::config::error::Errors;
 use crate::config::raw::{RawLooper, RawLooperOnError, RawMeasure, RawOrder};
 use crate::config::snapshot::{
     ConfidenceLooper, FusionLooper, Looper, Model, OnCallError, RatingsLooper, RemomLooper,
+    WorkflowsLooper,
 };
 use crate::llm::logprobs::Measure;
 use crate::selection::Candidate;
@@ -83,6 +84,7 @@ pub(super) fn compile_looper(
                         synthesizer: finalizer,
                         panel,
                         samples: 1,
+                        breadth: Vec::new(),
                         max_concurrent: *max_concurrent,
                         min_successes: *min_successes,
                         max_tokens: *max_tokens,
@@ -92,9 +94,81 @@ pub(super) fn compile_looper(
                 })
             })
         }
+        RawLooper::Workflows {
+            planner,
+            finalizer,
+            verifier,
+            workers,
+            max_steps,
+            max_parallel,
+            max_tokens,
+            per_call_timeout_ms,
+            total_timeout_ms,
+            on_error,
+        } => {
+            let mut ok = all_positive(
+                &path,
+                &[
+                    ("maxSteps", *max_steps as u64),
+                    ("maxParallel", *max_parallel as u64),
+                    ("maxTokens", *max_tokens),
+                    ("perCallTimeoutMs", *per_call_timeout_ms),
+                    ("totalTimeoutMs", *total_timeout_ms),
+                ],
+                errors,
+            );
+            let planner = find("planner", planner, errors);
+            let finalizer = find("finalizer", finalizer, errors);
+            let verifier = verifier.as_ref().map(|name| find("verifier", name, errors));
+            let workers: Vec<Option<usize>> = match workers {
+                Some(names) => names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| find(&format!("workers[{i}]"), name, errors))
+                    .collect(),
+                None => (0..candidates.len())
+                    .filter(|&i| {
+                        Some(i) != planner && Some(i) != finalizer && verifier != Some(Some(i))
+                    })
+                    .map(Some)
+                    .collect(),
+            };
+            if workers.is_empty() {
+                errors.push(
+                    format!("{path}.workers"),
+                    "a workflow needs workers: list them, or add modelRefs besides the planner, finalizer and verifier",
+                );
+                ok = false;
+            }
+            let (Some(planner), Some(finalizer)) = (planner, finalizer) else {
+                return None;
+            };
+            let verifier = match verifier {
+                Some(Some(v)) => Some(v),
+                Some(None) => return None,
+                None => None,
+            };
+            let workers: Option<Vec<usize>> = workers.into_iter().collect();
+            let workers = workers?;
+            ok.then(|| {
+                Looper::Workflows(WorkflowsLooper {
+                    planner,
+                    finalizer,
+                    verifier,
+                    workers,
+                    max_steps: *max_steps,
+                    max_parallel: *max_parallel,
+                    max_tokens: *max_tokens,
+                    per_call: Duration::from_millis(*per_call_timeout_ms),
+                    total: Duration::from_millis(*total_timeout_ms),
+                    on_error: on_call_error(*on_error),
+                })
+            })
+        }
         RawLooper::Remom {
             synthesizer,
             samples,
+            breadth,
             max_concurrent,
             min_successes,
             max_tokens,
@@ -113,6 +187,21 @@ pub(super) fn compile_looper(
                 ],
                 errors,
             );
+            let breadth = breadth.clone().unwrap_or_default();
+            if let Some(round) = breadth.iter().position(|&calls| calls == 0) {
+                errors.push(
+                    format!("{path}.breadth[{round}]"),
+                    "a round needs at least one call",
+                );
+                ok = false;
+            }
+            if !breadth.is_empty() && *samples != 1 {
+                errors.push(
+                    format!("{path}.samples"),
+                    "give either `samples` (one round) or `breadth` (a schedule of rounds), not both",
+                );
+                ok = false;
+            }
             let synthesizer_index = find("synthesizer", synthesizer, errors)?;
             let panel: Vec<usize> = (0..candidates.len())
                 .filter(|&i| i != synthesizer_index)
@@ -124,12 +213,16 @@ pub(super) fn compile_looper(
                 );
                 ok = false;
             }
-            if *min_successes > panel.len() * samples {
+            let smallest = breadth
+                .iter()
+                .min()
+                .copied()
+                .unwrap_or(panel.len() * samples);
+            if *min_successes > smallest {
                 errors.push(
                     format!("{path}.minSuccesses"),
                     format!(
-                        "asks for {min_successes} answers from {} panel calls",
-                        panel.len() * samples
+                        "asks for {min_successes} answers from a round of {smallest} panel calls"
                     ),
                 );
                 ok = false;
@@ -139,6 +232,7 @@ pub(super) fn compile_looper(
                     synthesizer: synthesizer_index,
                     panel,
                     samples: *samples,
+                    breadth,
                     max_concurrent: *max_concurrent,
                     min_successes: *min_successes,
                     max_tokens: *max_tokens,
@@ -248,20 +342,25 @@ pub(super) fn compile_looper(
                     measure: match measure {
                         RawMeasure::AvgLogprob => Measure::AvgLogprob,
                         RawMeasure::Margin => Measure::Margin,
+                        RawMeasure::SelfVerify => Measure::SelfVerify,
                     },
                     threshold: *threshold,
                     order: sequence,
                     max_tokens: *max_tokens,
                     per_call: Duration::from_millis(*per_call_timeout_ms),
                     total: Duration::from_millis(*total_timeout_ms),
-                    on_error: match on_error {
-                        RawLooperOnError::Skip => OnCallError::Skip,
-                        RawLooperOnError::Fail => OnCallError::Fail,
-                        RawLooperOnError::Fallback => OnCallError::Fallback,
-                    },
+                    on_error: on_call_error(*on_error),
                 })
             })
         }
+    }
+}
+
+fn on_call_error(raw: RawLooperOnError) -> OnCallError {
+    match raw {
+        RawLooperOnError::Skip => OnCallError::Skip,
+        RawLooperOnError::Fail => OnCallError::Fail,
+        RawLooperOnError::Fallback => OnCallError::Fallback,
     }
 }
 

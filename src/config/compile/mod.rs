@@ -3,6 +3,7 @@
 //! [`signals`], the models they use in [`models`].
 
 mod algorithms;
+mod contracts;
 mod heads;
 mod identities;
 mod loopers;

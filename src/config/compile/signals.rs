@@ -1,6 +1,7 @@
 //! Signals, rules and decisions: raw entries compiled against the model and signal tables.
 
 use super::algorithms::compile_algorithm;
+use super::contracts::compile_contract;
 use super::heads;
 use super::known_names;
 use super::loopers::compile_looper;
@@ -432,6 +433,16 @@ pub(super) fn compile_decisions(
             }
             _ => None,
         };
+        let contract = match &decision.output_contract {
+            Some(raw) => match compile_contract(raw, &path, errors) {
+                Some(contract) => Some(contract),
+                None => {
+                    decisions.push(None);
+                    continue;
+                }
+            },
+            None => None,
+        };
         let Some((algorithm, vectors)) = algorithm else {
             decisions.push(None);
             continue;
@@ -445,6 +456,7 @@ pub(super) fn compile_decisions(
             algorithm,
             vectors,
             looper,
+            contract,
         }));
     }
     decisions

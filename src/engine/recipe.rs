@@ -1,0 +1,82 @@
+//! Runs a decision's looper and turns how it ended into the action: an answer in hand is an
+//! immediate response, a final single-model step is a forward (with the evidence to fall back
+//! on), a failure is a refusal that still shows the steps taken.
+
+use super::{forward, fusion, looper, ratings, refusal, remom, workflows};
+use super::{Action, Routed, Trace};
+use crate::config::{Decision, Looper, Snapshot};
+use crate::llm::{ChatRequest, LlmClient};
+use crate::state::StateStore;
+
+/// Runs `looper` of `decision` for `request`.
+pub(super) async fn run(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    state: &StateStore,
+    decision: &Decision,
+    looper: &Looper,
+    request: ChatRequest,
+    mut trace: Trace,
+) -> Routed {
+    let synthesized = match looper {
+        Looper::Remom(settings) => {
+            remom::remom(snapshot, client, decision, settings, &request, &mut trace).await
+        }
+        Looper::Fusion(settings) => {
+            fusion::fusion(snapshot, client, decision, settings, &request, &mut trace).await
+        }
+        Looper::Workflows(settings) => {
+            workflows::workflows(snapshot, client, decision, settings, &request, &mut trace).await
+        }
+        Looper::Ratings(settings) => {
+            let ended = ratings::ratings_ensemble(
+                snapshot, client, state, decision, settings, &request, &mut trace,
+            )
+            .await;
+            return match ended {
+                Ok(reply) => Routed {
+                    action: Action::Respond(reply),
+                    trace,
+                },
+                Err(error) => failed(snapshot, error, trace),
+            };
+        }
+        Looper::Confidence(settings) => {
+            let ended = looper::confidence_cascade(
+                snapshot, client, decision, settings, &request, &mut trace,
+            )
+            .await;
+            return match ended {
+                Ok(looper::Ending::Answer(reply)) => Routed {
+                    action: Action::Respond(reply),
+                    trace,
+                },
+                Ok(looper::Ending::Forward(model)) => {
+                    forward(trace, request, &snapshot.models[model])
+                }
+                Err(error) => failed(snapshot, error, trace),
+            };
+        }
+    };
+    match synthesized {
+        Ok(synthesis) => {
+            let mut forward = synthesis.forward;
+            forward.fallback = synthesis.fallback.map(Box::new);
+            trace.model = Some(forward.model.clone());
+            trace.provider_model = Some(forward.provider_model.clone());
+            Routed {
+                action: Action::Forward(forward),
+                trace,
+            }
+        }
+        Err(error) => failed(snapshot, error, trace),
+    }
+}
+
+/// The refusal for a failed recipe, keeping the steps it took and the contract check.
+fn failed(snapshot: &Snapshot, error: super::RouteError, trace: Trace) -> Routed {
+    let mut refused = refusal(snapshot, error);
+    refused.trace.looper = trace.looper;
+    refused.trace.contract = trace.contract;
+    refused
+}
