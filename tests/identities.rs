@@ -264,3 +264,60 @@ async fn mom_flash_learns_which_model_is_fastest_from_the_responses_it_sees() {
     assert_eq!(slow, 3, "{served:?}");
     assert!(served[6..].iter().all(|m| m == "gemma3-270m"), "{served:?}");
 }
+
+#[test]
+fn mom_auto_picks_the_recipe_from_difficulty_risk_format_and_budget() {
+    let pick = |text: &str, budget: Option<&str>| {
+        let body = json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]});
+        let extra: Vec<(&str, &str)> = budget.map(|b| ("x-mom-budget", b)).into_iter().collect();
+        let out = support::explain_offline_with(&config(), &body, &extra);
+        (
+            out["decision"].as_str().unwrap_or("none").to_owned(),
+            out["looper"]["kind"]
+                .as_str()
+                .unwrap_or("single")
+                .to_owned(),
+        )
+    };
+    let long_reasoning = format!(
+        "Prove that the algorithm is optimal and derive its bound. {}",
+        "Context sentence about the input distribution. ".repeat(60)
+    );
+    let cases: [(&str, Option<&str>, &str, &str); 8] = [
+        ("hello there", None, "none", "single"),
+        (
+            "explain why the sky is blue",
+            None,
+            "auto_cascade",
+            "confidence",
+        ),
+        (&long_reasoning, None, "auto_remom", "remom"),
+        (
+            "what dosage of ibuprofen is safe",
+            None,
+            "auto_fusion",
+            "fusion",
+        ),
+        (
+            "Compare two routes and plan an itinerary for Rome",
+            None,
+            "auto_workflow",
+            "workflows",
+        ),
+        (
+            "Which is prime?\nA) 4\nB) 6\nC) 7\nD) 9",
+            None,
+            "auto_choice",
+            "confidence",
+        ),
+        (&long_reasoning, Some("low"), "auto_budget", "single"),
+        ("fix this python function", None, "code", "single"),
+    ];
+    for (text, budget, decision, recipe) in cases {
+        assert_eq!(
+            pick(text, budget),
+            (decision.to_owned(), recipe.to_owned()),
+            "{text:.40}"
+        );
+    }
+}

@@ -371,3 +371,41 @@ async fn fusion_judges_the_panel_and_the_finalizer_writes_from_the_analysis() {
     assert!(brief.contains("[fake backend gemma3-270m]"));
     assert_eq!(calls[1]["messages"][1]["content"], "compare the options");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_verification_returns_an_answer_its_model_vouches_for_and_escalates_otherwise() {
+    let config = policy("skip").replace(
+        "looper: {type: confidence, threshold: -0.5,",
+        "looper: {type: confidence, measure: self_verify, threshold: 0.8,",
+    );
+    let stack = Stack::start_with_config(&config).await;
+    let small = &stack.backends["smollm2-135m"];
+    small.queue(&["42", "YES"]);
+    let response = stack.chat(&ask("six times seven", false), "vouched").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-response-path"), "immediate");
+    // P(YES) = exp(-0.05) from the verification call's first token.
+    assert_eq!(
+        header(&response, "x-mom-looper-steps"),
+        "smollm2-135m:confident:0.951"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "42");
+    assert_eq!(body["usage"]["completion_tokens"], 14);
+    let verification = &small.bodies()[1];
+    assert_eq!(verification["max_tokens"], 4);
+    assert_eq!(verification["top_logprobs"], 5);
+    let question = verification["messages"][1]["content"].as_str().unwrap();
+    assert!(question.contains("six times seven") && question.contains("Answer:\n42"));
+
+    small.queue(&["41", "NO"]);
+    stack.backends["qwen2.5-coder-0.5b"].queue(&["40", "No."]);
+    let response = stack.chat(&ask("six times seven", false), "doubted").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-response-path"), "upstream");
+    assert_eq!(header(&response, "x-mom-model"), "gemma3-270m");
+    assert_eq!(
+        header(&response, "x-mom-looper-steps"),
+        "smollm2-135m:unconfident:0.000,qwen2.5-coder-0.5b:unconfident:0.000"
+    );
+}

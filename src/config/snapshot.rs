@@ -286,6 +286,17 @@ pub struct RemomLooper {
 }
 
 impl Looper {
+    /// `confidence`, `ratings`, `remom`, `fusion` or `workflows`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Confidence(_) => "confidence",
+            Self::Ratings(_) => "ratings",
+            Self::Remom(_) => "remom",
+            Self::Fusion(_) => "fusion",
+            Self::Workflows(_) => "workflows",
+        }
+    }
+
     /// The deadline of all its calls.
     pub fn total(&self) -> std::time::Duration {
         match self {

@@ -196,7 +196,15 @@ pub async fn on_request_body(
                     (Some((decision, looper)), Some(client), 0) => {
                         recipe::run(snapshot, client, state, decision, looper, request, trace).await
                     }
-                    _ => {
+                    (planned, _, _) => {
+                        if let (Some((_, looper)), None) = (planned, &services.client) {
+                            // Offline (`explain`): the recipe is shown, not run.
+                            trace.looper = Some(LooperTrace {
+                                kind: looper.name(),
+                                steps: Vec::new(),
+                                usage: (0, 0),
+                            });
+                        }
                         let model = session::continue_session(
                             snapshot, state, identity, headers, &request, &mut trace, chosen,
                         )

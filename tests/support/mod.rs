@@ -46,11 +46,26 @@ pub fn repo() -> &'static std::path::Path {
 
 /// `explain`'s document for one chat body, run offline on `config` as the sidecar would run it.
 pub fn explain_offline(config: &str, body: &serde_json::Value) -> serde_json::Value {
+    explain_offline_with(config, body, &[])
+}
+
+/// [`explain_offline`] with extra request headers.
+pub fn explain_offline_with(
+    config: &str,
+    body: &serde_json::Value,
+    extra: &[(&str, &str)],
+) -> serde_json::Value {
     let snapshot = mom_router::config::compile_str(config).unwrap();
-    let headers = mom_router::llm::Headers::new(vec![
+    let mut pairs = vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), "/v1/chat/completions".to_owned()),
-    ]);
+    ];
+    pairs.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let headers = mom_router::llm::Headers::new(pairs);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();

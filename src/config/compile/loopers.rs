@@ -218,7 +218,7 @@ pub(super) fn compile_looper(
                 .min()
                 .copied()
                 .unwrap_or(panel.len() * samples);
-            if *min_successes > smallest {
+            if smallest > 0 && *min_successes > smallest {
                 errors.push(
                     format!("{path}.minSuccesses"),
                     format!(
