@@ -63,6 +63,9 @@ pub struct Running {
     pub metrics: Arc<Metrics>,
     /// Learned statistics and remembered runs.
     pub state: Arc<StateStore>,
+    /// The token this process signs loopers' sub-requests with (in-process checks of the
+    /// sub-request guard; never logged or served).
+    pub internal_token: String,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -105,11 +108,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     )?;
     tasks.extend(state_tasks);
 
+    let internal_token = crate::llm::client::new_token();
     let services = Services {
         state: state.clone(),
         client: Some(LlmClient::new(
             &snapshot.server.internal_url,
-            crate::llm::client::new_token(),
+            internal_token.clone(),
         )),
     };
     let service = ExtProcService::new(store.clone(), metrics.clone(), services).into_server();
@@ -187,6 +191,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         store,
         metrics,
         state,
+        internal_token,
         stop,
         tasks,
     })

@@ -43,6 +43,14 @@ impl FakeEnvoy {
         Self { tx, rx }
     }
 
+    async fn next(&mut self) -> ProcessingResponse {
+        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
+            .await
+            .expect("no reply within 5 s")
+            .unwrap()
+            .expect("stream closed")
+    }
+
     async fn send(&mut self, request: Request) -> ProcessingResponse {
         self.tx
             .send(ProcessingRequest {
@@ -51,11 +59,7 @@ impl FakeEnvoy {
             })
             .await
             .unwrap();
-        tokio::time::timeout(Duration::from_secs(5), self.rx.message())
-            .await
-            .expect("no reply within 5 s")
-            .unwrap()
-            .expect("stream closed")
+        self.next().await
     }
 }
 
@@ -314,4 +318,58 @@ async fn admin_endpoints_report_liveness_readiness_and_metrics() {
         "{metrics}"
     );
     assert!(metrics.ends_with("# EOF\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_request_headers_need_the_process_token_and_a_bounded_depth() {
+    // Sub-requests would go to a closed port: a looper that ran would escalate to `large`.
+    let config = r#"
+version: depth-guard
+server: {internalUrl: "http://127.0.0.1:9"}
+models:
+  - {name: small, providerModel: s}
+  - {name: large, providerModel: l}
+identities:
+  - {name: mom/auto, defaultModel: small}
+signals:
+  - {name: anything, type: context_length, minTokens: 0}
+decisions:
+  - name: cascade
+    rules: {signal: anything}
+    modelRefs: [{model: small}, {model: large}]
+    looper: {type: confidence, threshold: -1, perCallTimeoutMs: 500}
+"#;
+    let sidecar = Sidecar::start(config, 0).await;
+    let token = sidecar.running.internal_token.clone();
+    let forged = "0".repeat(32);
+    let request = json!({"model": "mom/auto", "messages": [{"role": "user", "content": "hi"}]});
+    let cases: [(&str, &str, Option<(i32, &str)>); 4] = [
+        (&token, "1", None),
+        (&token, "3", Some((508, "loop_detected"))),
+        (&forged, "1", Some((403, "internal_auth_failed"))),
+        (&token, "deep", Some((403, "internal_auth_failed"))),
+    ];
+    for (token, depth, refused) in cases {
+        let mut envoy = FakeEnvoy::open(sidecar.grpc_port()).await;
+        let mut pairs = POST_CHAT.to_vec();
+        pairs.extend([("x-mom-internal-token", token), ("x-mom-depth", depth)]);
+        envoy.send(headers(&pairs, false)).await;
+        // A policy with loopers first asks Envoy for time, then answers.
+        let wait = envoy.send(body(request.to_string().as_bytes(), true)).await;
+        assert!(wait.override_message_timeout.is_some(), "{wait:?}");
+        let reply = envoy.next().await;
+        match (refused, &reply.response) {
+            (None, Some(Response::RequestBody(_))) => {
+                // A valid sub-request is routed as it is: the decision's plain pick, no looper.
+                let set = set_headers(&reply);
+                assert_eq!(get(&set, "x-selected-model"), Some("small"));
+            }
+            (Some((status, code)), Some(Response::ImmediateResponse(immediate))) => {
+                assert_eq!(immediate.status.as_ref().unwrap().code, status);
+                let error: Value = serde_json::from_slice(&immediate.body).unwrap();
+                assert_eq!(error["error"]["code"], code, "depth {depth}");
+            }
+            (expected, other) => panic!("depth {depth}: expected {expected:?}, got {other:?}"),
+        }
+    }
 }

@@ -17,7 +17,7 @@ const POLICY: &str = r#"
 version: workflows-test
 server: {internalUrl: "http://127.0.0.1:10001"}
 models:
-  - {name: smollm2-135m, providerModel: SmolLM2-135M-Instruct, description: short facts}
+  - {name: smollm2-135m, providerModel: SmolLM2-135M-Instruct, description: short facts, pricing: {inputPerMillion: 1, outputPerMillion: 2}}
   - {name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct}
   - {name: gemma3-270m, providerModel: gemma-3-270m}
 identities:
@@ -84,6 +84,11 @@ async fn a_valid_plan_runs_its_steps_then_the_finalizer_streams_through_envoy() 
     ] {
         assert!(steps.contains(expected), "{expected} missing from {steps}");
     }
+    // Five calls of 5 + 7 tokens; the three on the priced worker cost 3 × (5 × 1 + 7 × 2) / 1e6.
+    assert_eq!(
+        header(&response, "x-mom-looper-usage"),
+        "prompt_tokens=25,completion_tokens=35,cost=0.00005700"
+    );
     let mut chunks = 0;
     while response.chunk().await.unwrap().is_some() {
         chunks += 1;

@@ -320,7 +320,7 @@ pub fn explain_json(routed: &Routed) -> Value {
                 "model": s.model, "outcome": s.outcome, "confidence": s.confidence,
                 "latency_ms": s.latency_ms,
             })).collect::<Vec<_>>(),
-            "prompt_tokens": l.usage.0, "completion_tokens": l.usage.1,
+            "prompt_tokens": l.usage.0, "completion_tokens": l.usage.1, "cost": l.cost,
         })),
         "model": trace.model,
         "provider_model": trace.provider_model,

@@ -5,7 +5,7 @@
 //! failed judge leaves the finalizer the answers alone; a failed finalizer leaves the client the
 //! best panel answer.
 
-use super::looper::Step;
+use super::looper::{add_usage, Step};
 use super::remom::{evidence, panel, synthesis, Synthesis};
 use super::{RouteError, Trace};
 use crate::config::{Decision, FusionLooper, Snapshot};
@@ -49,9 +49,7 @@ pub(super) async fn fusion(
         .await;
     let (analysis, outcome, latency_ms) = match called {
         Ok(reply) => {
-            let usage = &reply.body["usage"];
-            record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
-            record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
+            add_usage(&mut record, judge, &reply.body);
             let text = reply.body["choices"][0]["message"]["content"]
                 .as_str()
                 .unwrap_or_default();

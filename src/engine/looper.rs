@@ -31,8 +31,33 @@ pub struct LooperTrace {
     pub kind: &'static str,
     /// Its tentative calls, in order.
     pub steps: Vec<Step>,
-    /// Prompt and completion tokens of the tentative calls.
+    /// Prompt and completion tokens of its calls.
     pub usage: (u64, u64),
+    /// Cost of its calls from the models' declared pricing (0 for models without pricing).
+    pub cost: f64,
+}
+
+impl LooperTrace {
+    /// An empty record of recipe `kind`.
+    pub fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            steps: Vec::new(),
+            usage: (0, 0),
+            cost: 0.0,
+        }
+    }
+
+    /// Adds one call's tokens and their cost on `model`.
+    pub fn add(&mut self, model: &Model, (prompt, completion): (u64, u64)) {
+        self.usage.0 += prompt;
+        self.usage.1 += completion;
+        if let Some(pricing) = model.pricing {
+            self.cost += (prompt as f64 * pricing.input_per_million
+                + completion as f64 * pricing.output_per_million)
+                / 1e6;
+        }
+    }
 }
 
 /// How the recipe ended.
@@ -105,11 +130,7 @@ pub(super) async fn confidence_cascade(
     trace: &mut Trace,
 ) -> Result<Ending, RouteError> {
     let started = Instant::now();
-    let mut record = LooperTrace {
-        kind: "confidence",
-        steps: Vec::new(),
-        usage: (0, 0),
-    };
+    let mut record = LooperTrace::new("confidence");
     let (tentative, last) = looper.order.split_at(looper.order.len() - 1);
     let escalate_to = decision.candidates[last[0]].model;
     let mut ending = Ending::Forward(escalate_to);
@@ -138,7 +159,7 @@ pub(super) async fn confidence_cascade(
             .await;
         match result {
             Ok(reply) => {
-                add_usage(&mut record, &reply.body);
+                add_usage(&mut record, model, &reply.body);
                 let latency_ms = reply.latency.as_secs_f64() * 1000.0;
                 let measured = match looper.measure {
                     Measure::SelfVerify => {
@@ -183,8 +204,7 @@ pub(super) async fn confidence_cascade(
                         deadline,
                     )
                     .await;
-                    record.usage.0 += enforced.usage.0;
-                    record.usage.1 += enforced.usage.1;
+                    record.add(model, enforced.usage);
                     body = enforced.body;
                     trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
                     if enforced.outcome == "violated" {
@@ -266,14 +286,17 @@ async fn self_verify(
         .chat(&model.name, body.to_string().into_bytes(), 1, deadline)
         .await
         .ok()?;
-    add_usage(record, &reply.body);
+    add_usage(record, model, &reply.body);
     yes_probability(&reply.body)
 }
 
 /// Adds a reply's token usage to the recipe's total.
-pub(super) fn add_usage(record: &mut LooperTrace, body: &Value) {
-    record.usage.0 += body["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
-    record.usage.1 += body["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+pub(super) fn add_usage(record: &mut LooperTrace, model: &Model, body: &Value) {
+    let tokens = |field: &str| body["usage"][field].as_u64().unwrap_or(0);
+    record.add(
+        model,
+        (tokens("prompt_tokens"), tokens("completion_tokens")),
+    );
 }
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the

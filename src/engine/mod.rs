@@ -199,11 +199,7 @@ pub async fn on_request_body(
                     (planned, _, _) => {
                         if let (Some((_, looper)), None) = (planned, &services.client) {
                             // Offline (`explain`): the recipe is shown, not run.
-                            trace.looper = Some(LooperTrace {
-                                kind: looper.name(),
-                                steps: Vec::new(),
-                                usage: (0, 0),
-                            });
+                            trace.looper = Some(LooperTrace::new(looper.name()));
                         }
                         let model = session::continue_session(
                             snapshot, state, identity, headers, &request, &mut trace, chosen,

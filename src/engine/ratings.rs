@@ -6,7 +6,7 @@
 //! the request (502).
 
 use super::contract::{content, enforce};
-use super::looper::{answer, fan_out, sub_request_body, LooperTrace, Step};
+use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Reply, RouteError, Trace};
 use crate::config::{Decision, OnViolation, RatingsLooper, Snapshot};
 use crate::llm::logprobs::{confidence, Measure};
@@ -51,18 +51,12 @@ pub(super) async fn ratings_ensemble(
     let results = results
         .into_iter()
         .map(|(index, result)| (&snapshot.models[index], result));
-    let mut record = LooperTrace {
-        kind: "ratings",
-        steps: Vec::new(),
-        usage: (0, 0),
-    };
+    let mut record = LooperTrace::new("ratings");
     let mut answers: Vec<(f64, &crate::config::Model, serde_json::Value)> = Vec::new();
     for (model, result) in results {
         match result {
             Ok(reply) => {
-                let usage = &reply.body["usage"];
-                record.usage.0 += usage["prompt_tokens"].as_u64().unwrap_or(0);
-                record.usage.1 += usage["completion_tokens"].as_u64().unwrap_or(0);
+                add_usage(&mut record, model, &reply.body);
                 let measured = confidence(&reply.body, Measure::AvgLogprob);
                 let probability = measured.map_or(0.5, f64::exp);
                 let elo = state.view(&decision.name, &model.name, None).elo;
@@ -131,8 +125,7 @@ pub(super) async fn ratings_ensemble(
             looper.per_call,
         )
         .await;
-        record.usage.0 += enforced.usage.0;
-        record.usage.1 += enforced.usage.1;
+        record.add(model, enforced.usage);
         body = enforced.body;
         trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
         if let (Some(reason), OnViolation::Fail) = (enforced.reason, contract.on_violation) {

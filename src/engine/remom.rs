@@ -58,11 +58,7 @@ pub(super) async fn panel(
     } else {
         looper.breadth.clone()
     };
-    let mut record = LooperTrace {
-        kind,
-        steps: Vec::new(),
-        usage: (0, 0),
-    };
+    let mut record = LooperTrace::new(kind);
     let mut answers: Vec<Answer> = Vec::new();
     for (round, &width) in schedule.iter().enumerate() {
         let left = looper.total.saturating_sub(started.elapsed());
@@ -83,7 +79,7 @@ pub(super) async fn panel(
             let model = &snapshot.models[index];
             match result {
                 Ok(reply) => {
-                    add_usage(&mut record, &reply.body);
+                    add_usage(&mut record, model, &reply.body);
                     let measured = confidence(&reply.body, Measure::AvgLogprob);
                     let text = reply.body["choices"][0]["message"]["content"]
                         .as_str()

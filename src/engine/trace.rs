@@ -100,6 +100,13 @@ impl Trace {
             headers.push(("x-mom-looper", looper.kind.to_owned()));
             headers.push(("x-mom-looper-calls", looper.steps.len().to_string()));
             headers.push(("x-mom-looper-steps", self.looper_label()));
+            headers.push((
+                "x-mom-looper-usage",
+                format!(
+                    "prompt_tokens={},completion_tokens={},cost={:.8}",
+                    looper.usage.0, looper.usage.1, looper.cost
+                ),
+            ));
             if self.fallback_used {
                 headers.push(("x-mom-looper-fallback", "evidence".to_owned()));
             }

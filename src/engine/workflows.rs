@@ -40,11 +40,7 @@ pub(super) async fn workflows(
     let left = || looper.total.saturating_sub(started.elapsed());
     let model_of = |candidate: usize| &snapshot.models[decision.candidates[candidate].model];
     let workers: Vec<(usize, &Model)> = looper.workers.iter().map(|&w| (w, model_of(w))).collect();
-    let mut record = LooperTrace {
-        kind: "workflows",
-        steps: Vec::new(),
-        usage: (0, 0),
-    };
+    let mut record = LooperTrace::new("workflows");
     let finalizer = model_of(looper.finalizer);
     let plan = plan(
         client,
@@ -181,7 +177,7 @@ async fn plan(
                 break;
             }
         };
-        add_usage(record, &reply.body);
+        add_usage(record, planner, &reply.body);
         let latency_ms = reply.latency.as_secs_f64() * 1000.0;
         let text = super::contract::content(&reply.body).to_owned();
         match validate(&text, workers, looper.max_steps) {
@@ -344,7 +340,7 @@ async fn run_steps(
             let worker = model_of(plan[i].worker);
             match result {
                 Ok(reply) => {
-                    add_usage(record, &reply.body);
+                    add_usage(record, worker, &reply.body);
                     let text = super::contract::content(&reply.body).to_owned();
                     let latency_ms = reply.latency.as_secs_f64() * 1000.0;
                     record
@@ -468,7 +464,7 @@ async fn verify(
             return None;
         }
     };
-    add_usage(record, &reply.body);
+    add_usage(record, verifier, &reply.body);
     let latency_ms = reply.latency.as_secs_f64() * 1000.0;
     let text = super::contract::content(&reply.body).trim().to_owned();
     let structured = json_in(&text).filter(|v| v["ok"].is_boolean());

@@ -83,6 +83,18 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     if let Some(looper) = &trace.looper {
         fields.insert("looper".to_owned(), string(looper.kind));
         fields.insert("looper_steps".to_owned(), string(&trace.looper_label()));
+        for (name, value) in [
+            ("looper_prompt_tokens", looper.usage.0 as f64),
+            ("looper_completion_tokens", looper.usage.1 as f64),
+            ("looper_cost", looper.cost),
+        ] {
+            fields.insert(
+                name.to_owned(),
+                Value {
+                    kind: Some(Kind::NumberValue(value)),
+                },
+            );
+        }
     }
     if let Some(contract) = trace.contract_label() {
         fields.insert("contract".to_owned(), string(&contract));
