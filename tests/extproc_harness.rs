@@ -343,7 +343,8 @@ decisions:
     let token = sidecar.running.internal_token.clone();
     let forged = "0".repeat(32);
     let request = json!({"model": "mom/auto", "messages": [{"role": "user", "content": "hi"}]});
-    let cases: [(&str, &str, Option<(i32, &str)>); 4] = [
+    type Refusal<'a> = Option<(i32, &'a str)>;
+    let cases: [(&str, &str, Refusal); 4] = [
         (&token, "1", None),
         (&token, "3", Some((508, "loop_detected"))),
         (&forged, "1", Some((403, "internal_auth_failed"))),
