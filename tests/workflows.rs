@@ -25,6 +25,7 @@ identities:
 signals:
   - {name: strict, type: keyword, keywords: [strict]}
   - {name: breadth, type: keyword, keywords: [breadth]}
+  - {name: slow, type: keyword, keywords: [slow]}
   - {name: anything, type: context_length, minTokens: 0}
 decisions:
   - name: strict_workflow
@@ -32,6 +33,11 @@ decisions:
     rules: {signal: strict}
     modelRefs: [{model: smollm2-135m}, {model: qwen2.5-coder-0.5b}, {model: gemma3-270m}]
     looper: {type: workflows, planner: gemma3-270m, finalizer: qwen2.5-coder-0.5b, workers: [smollm2-135m], onError: fail, perCallTimeoutMs: 3000}
+  - name: slow_workflow
+    priority: 18
+    rules: {signal: slow}
+    modelRefs: [{model: smollm2-135m}, {model: qwen2.5-coder-0.5b}, {model: gemma3-270m}]
+    looper: {type: workflows, planner: gemma3-270m, finalizer: qwen2.5-coder-0.5b, workers: [smollm2-135m], perCallTimeoutMs: 300, totalTimeoutMs: 1000}
   - name: breadth
     priority: 15
     rules: {signal: breadth}
@@ -219,4 +225,38 @@ async fn a_breadth_schedule_runs_rounds_that_see_the_previous_answers() {
     assert_eq!(synthesis.len(), 1);
     let brief = system_text(&synthesis[0]);
     assert!(brief.contains("[2] ") && !brief.contains("[3] "), "{brief}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_steps_time_out_and_the_total_deadline_stops_the_plan() {
+    let stack = Stack::start_with_config(POLICY).await;
+    stack.backends["gemma3-270m"].queue(&[PLAN]);
+    let worker = &stack.backends["smollm2-135m"];
+    worker
+        .delay_ms
+        .store(700, std::sync::atomic::Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let response = stack.chat(&ask("slow plan", false), "slow").await;
+    assert_eq!(response.status(), 200);
+    // The two parallel steps each hit the 300 ms call deadline (skipped, the default); the
+    // merge step reads their failure and times out too, or finds the 1 s total spent.
+    let steps = header(&response, "x-mom-looper-steps");
+    assert!(
+        steps.contains("smollm2-135m (facts):error: no answer within 300 ms")
+            && steps.contains("smollm2-135m (risks):error: no answer within 300 ms"),
+        "{steps}"
+    );
+    assert!(
+        steps.contains("smollm2-135m (merge):error: no answer within")
+            || steps.contains("smollm2-135m (merge):skipped: total deadline spent"),
+        "{steps}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    let finalizer = stack.backends["qwen2.5-coder-0.5b"].bodies();
+    assert_eq!(finalizer.len(), 1);
+    let brief = system_text(&finalizer[0]);
+    assert!(
+        brief.contains("[facts] list the facts (smollm2-135m):\n(this step failed)"),
+        "{brief}"
+    );
 }
