@@ -322,6 +322,7 @@ pub fn explain_json(routed: &Routed) -> Value {
             })).collect::<Vec<_>>(),
             "prompt_tokens": l.usage.0, "completion_tokens": l.usage.1, "cost": l.cost,
         })),
+        "plugins": trace.plugins.iter().map(|(p, a)| json!({"plugin": p, "action": a})).collect::<Vec<_>>(),
         "model": trace.model,
         "provider_model": trace.provider_model,
         "action": routed.action.kind(),

@@ -5,14 +5,17 @@
 pub mod compile;
 mod error;
 mod parse;
+mod plugin;
 pub mod raw;
 mod raw_contract;
 mod raw_identity;
+mod raw_plugin;
 mod raw_selection;
 mod snapshot;
 mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
+pub use plugin::Plugin;
 pub use snapshot::{
     Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, FusionLooper, Identity, Listen,
     Looper, Model, Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server,

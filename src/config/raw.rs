@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 pub use super::raw_contract::{RawContractKind, RawOnViolation, RawOutputContract};
 pub use super::raw_identity::{RawBounds, RawIdentity, RawObjective, RawPolicy};
+pub use super::raw_plugin::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
 pub use super::raw_selection::{
     RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,
     RawMeasure, RawOrder, RawRedis, RawSessions, RawState, RawStateBackend,
@@ -492,6 +493,9 @@ pub struct RawDecision {
     /// The shape the looper's final answer must have, enforced at the end of the recipe and
     /// repaired once when broken.
     pub output_contract: Option<RawOutputContract>,
+    /// Request-phase actions when this decision wins (after the identity's plugins).
+    #[serde(default)]
+    pub plugins: Vec<RawPlugin>,
 }
 
 /// A projection: evidence derived from other signals, referenced in rules as `NAME.OUTPUT`.

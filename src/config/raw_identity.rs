@@ -32,6 +32,9 @@ pub struct RawIdentity {
     pub requires: Vec<RawPolicy>,
     /// Decisions this identity evaluates, by name; all decisions when absent.
     pub decisions: Option<Vec<String>>,
+    /// Request-phase actions on every request of the identity, before the decision's own.
+    #[serde(default)]
+    pub plugins: Vec<super::raw::RawPlugin>,
 }
 
 /// What an identity optimises when no decision matches.

@@ -155,6 +155,8 @@ pub struct Identity {
     pub signals: Vec<usize>,
     /// The models those signals read.
     pub needs: Needs,
+    /// Request-phase actions on every request, before the decision's.
+    pub plugins: Vec<super::Plugin>,
     /// Hex SHA-256 of everything that gives the identity its meaning (itself without version
     /// and description, its decisions, the signals and models they use): a change without a
     /// version bump is refused.
@@ -182,6 +184,8 @@ pub struct Decision {
     pub looper: Option<Looper>,
     /// The shape the looper's final answer must have.
     pub contract: Option<Contract>,
+    /// Request-phase actions when this decision wins.
+    pub plugins: Vec<super::Plugin>,
 }
 
 /// An output contract and what a still-broken answer does.

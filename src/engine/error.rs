@@ -90,6 +90,18 @@ pub enum RouteError {
         /// What is still wrong.
         reason: String,
     },
+    /// A jailbreak guard refused the request.
+    #[error("mom-router refused this request: the {signal} check found a likely jailbreak or prompt-injection attempt; nothing was sent to a model")]
+    JailbreakBlocked {
+        /// The signal that matched.
+        signal: String,
+    },
+    /// The pii plugin refused the request.
+    #[error("this route does not accept personal data; the request contains: {}; nothing was sent to a model", types.join(", "))]
+    PiiBlocked {
+        /// The PII types found (never the values).
+        types: Vec<String>,
+    },
     /// A request carried mom-router's internal headers without the process's token.
     #[error("internal sub-request headers without a valid token")]
     InternalAuth,
@@ -119,6 +131,8 @@ impl RouteError {
             Self::PolicyUnavailable { .. } => "policy_unavailable",
             Self::LooperFailed { .. } => "looper_failed",
             Self::ContractViolated { .. } => "contract_violated",
+            Self::JailbreakBlocked { .. } => "jailbreak_blocked",
+            Self::PiiBlocked { .. } => "pii_blocked",
             Self::InternalAuth => "internal_auth_failed",
             Self::TooDeep(_) => "loop_detected",
             Self::Protocol(_) => "router_misconfigured",
@@ -134,7 +148,9 @@ impl RouteError {
             | Self::LooperFailed { .. }
             | Self::ContractViolated { .. }
             | Self::TooDeep(_) => Fault::Internal,
-            Self::InternalAuth => Fault::Client,
+            Self::InternalAuth | Self::JailbreakBlocked { .. } | Self::PiiBlocked { .. } => {
+                Fault::Client
+            }
             Self::BadRequest(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
@@ -155,7 +171,9 @@ impl RouteError {
             }
             Self::Protocol(_) => (500, "server_error"),
             Self::LooperFailed { .. } | Self::ContractViolated { .. } => (502, "server_error"),
-            Self::InternalAuth => (403, "invalid_request_error"),
+            Self::InternalAuth | Self::JailbreakBlocked { .. } | Self::PiiBlocked { .. } => {
+                (403, "invalid_request_error")
+            }
             Self::TooDeep(_) => (508, "server_error"),
         };
         let mut headers = Vec::new();

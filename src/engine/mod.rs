@@ -4,10 +4,12 @@
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
 pub mod contract;
+mod decided;
 mod error;
 mod fusion;
 mod looper;
 mod models;
+mod plugins;
 mod ratings;
 mod recipe;
 mod remom;
@@ -18,6 +20,7 @@ mod workflows;
 
 pub use error::{Fault, RouteError, MAX_DEPTH};
 pub use looper::{LooperTrace, Step};
+pub use plugins::HeaderEdits;
 pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use session::SessionTrace;
 pub use trace::Trace;
@@ -64,6 +67,8 @@ pub struct Forward {
     pub fallback: Option<Box<Reply>>,
     /// The output contract the response is checked against in the response phase.
     pub contract: Option<crate::config::Contract>,
+    /// Header edits plugins made for the upstream request.
+    pub headers: plugins::HeaderEdits,
 }
 
 /// What happens to the request.
@@ -190,25 +195,11 @@ pub async fn on_request_body(
             body,
         };
         return match route_identity(&context, identity, &request, &neural) {
-            Ok((mut trace, chosen, decision)) => {
-                let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
-                let routed = match (looper, &services.client, depth) {
-                    (Some((decision, looper)), Some(client), 0) => {
-                        recipe::run(snapshot, client, state, decision, looper, request, trace).await
-                    }
-                    (planned, _, _) => {
-                        if let (Some((_, looper)), None) = (planned, &services.client) {
-                            // Offline (`explain`): the recipe is shown, not run.
-                            trace.looper = Some(LooperTrace::new(looper.name()));
-                        }
-                        let model = session::continue_session(
-                            snapshot, state, identity, headers, &request, &mut trace, chosen,
-                        )
-                        .await;
-                        forward(trace, request, &snapshot.models[model])
-                    }
-                };
-                bind_contract(routed, decision)
+            Ok((trace, chosen, decision)) => {
+                decided::carry_out(
+                    snapshot, services, identity, headers, request, trace, chosen, decision, depth,
+                )
+                .await
             }
             Err(error) => refusal(snapshot, error),
         };
@@ -470,6 +461,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             stream,
             fallback: None,
             contract: None,
+            headers: plugins::HeaderEdits::default(),
         }),
         trace,
     }

@@ -252,5 +252,6 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         stream: request.stream,
         fallback: None,
         contract: None,
+        headers: super::HeaderEdits::default(),
     }
 }

@@ -33,6 +33,8 @@ pub struct Trace {
     /// The output contract's kind and outcome (`kept`, `repaired`, `violated`, `unchecked`),
     /// once the answer was checked.
     pub contract: Option<(&'static str, String)>,
+    /// Plugins run, with what each did.
+    pub plugins: Vec<(&'static str, String)>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
     /// Logical model chosen.
@@ -61,6 +63,7 @@ impl Trace {
             session: None,
             looper: None,
             contract: None,
+            plugins: Vec::new(),
             fallback_used: false,
             model: None,
             provider_model: None,
@@ -114,6 +117,9 @@ impl Trace {
         if let Some(contract) = self.contract_label() {
             headers.push(("x-mom-contract", contract));
         }
+        if !self.plugins.is_empty() {
+            headers.push(("x-mom-plugins", self.plugins_label()));
+        }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
         }
@@ -144,6 +150,16 @@ impl Trace {
             })
             .collect();
         steps.join(",")
+    }
+
+    /// `plugin:action` per plugin run, comma-separated.
+    pub fn plugins_label(&self) -> String {
+        let pairs: Vec<String> = self
+            .plugins
+            .iter()
+            .map(|(plugin, action)| format!("{plugin}:{action}"))
+            .collect();
+        pairs.join(",")
     }
 
     /// `kind:outcome` of the output contract, once checked.

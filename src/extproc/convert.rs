@@ -99,6 +99,9 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     if let Some(contract) = trace.contract_label() {
         fields.insert("contract".to_owned(), string(&contract));
     }
+    if !trace.plugins.is_empty() {
+        fields.insert("plugins".to_owned(), string(&trace.plugins_label()));
+    }
     if let Some(session) = &trace.session {
         fields.insert("session".to_owned(), string(session.status));
         fields.insert("session_reason".to_owned(), string(&session.reason));
@@ -145,16 +148,17 @@ pub fn continue_request_headers() -> ProcessingResponse {
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
 /// Takes the rewritten body by value so it is not copied.
 pub fn forward(forward: Forward, trace: &Trace) -> ProcessingResponse {
-    let set_headers = vec![
+    let mut set_headers = vec![
         set_header(SELECTED_MODEL_HEADER, &forward.model),
         set_header("content-length", &forward.body.len().to_string()),
         set_header("accept-encoding", "identity"),
     ];
+    set_headers.extend(forward.headers.set.iter().map(|(k, v)| set_header(k, v)));
     let common = CommonResponse {
         status: ResponseStatus::Continue as i32,
         header_mutation: Some(HeaderMutation {
             set_headers,
-            remove_headers: Vec::new(),
+            remove_headers: forward.headers.remove,
         }),
         body_mutation: Some(BodyMutation {
             mutation: Some(Mutation::Body(forward.body)),

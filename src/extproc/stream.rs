@@ -6,7 +6,7 @@ use crate::engine::Services;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
-    ContractLabels, PhaseLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
+    ContractLabels, PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
 use crate::state::{now_ms, Observation, Run, Timing};
@@ -169,6 +169,16 @@ impl StreamState {
 
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
         let Routed { action, mut trace } = routed;
+        for (plugin, action) in &trace.plugins {
+            let outcome = ["passed", "blocked", "rerouted"]
+                .into_iter()
+                .find(|o| action.starts_with(o))
+                .unwrap_or("applied");
+            self.metrics
+                .plugin_actions
+                .get_or_create(&PluginLabels { plugin, outcome })
+                .inc();
+        }
         for result in trace.signals.iter().filter(|r| r.error.is_some()) {
             self.metrics
                 .signal_errors

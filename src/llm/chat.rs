@@ -112,6 +112,12 @@ impl ChatRequest {
         Value::Object(object).to_string().into_bytes()
     }
 
+    /// The request object for rewriting (plugins); the parsed messages signals read stay as
+    /// the client sent them.
+    pub fn object_mut(&mut self) -> &mut Map<String, Value> {
+        &mut self.object
+    }
+
     /// The whole request object, every field as the client sent it.
     pub fn object(&self) -> &Map<String, Value> {
         &self.object

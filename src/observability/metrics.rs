@@ -81,6 +81,15 @@ pub struct ContractLabels {
     pub outcome: String,
 }
 
+/// Labels of a plugin's action.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    /// The plugin type.
+    pub plugin: &'static str,
+    /// `passed`, `blocked`, `rerouted` or `applied`.
+    pub outcome: &'static str,
+}
+
 /// The registry and every metric in it.
 #[derive(Debug)]
 pub struct Metrics {
@@ -109,6 +118,8 @@ pub struct Metrics {
     pub outcomes: Family<OutcomeLabels, Counter>,
     /// Answers checked against an output contract, by outcome.
     pub contract_checks: Family<ContractLabels, Counter>,
+    /// Plugin actions, by plugin and outcome.
+    pub plugin_actions: Family<PluginLabels, Counter>,
 }
 
 fn phase_histogram() -> Histogram {
@@ -192,8 +203,15 @@ impl Metrics {
             "Answers checked against a decision's output contract: kept, repaired or violated",
             contract_checks.clone(),
         );
+        let plugin_actions = Family::<PluginLabels, Counter>::default();
+        registry.register(
+            "plugin_actions",
+            "Plugin actions in the request phase: passed, blocked, rerouted or applied",
+            plugin_actions.clone(),
+        );
         Self {
             registry,
+            plugin_actions,
             contract_checks,
             signal_errors,
             state_fallbacks,

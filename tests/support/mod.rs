@@ -16,10 +16,17 @@ pub mod stack;
 
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, for a process started later (Envoy, Redis).
+/// Drawn at random from 20000–32767, below Linux's ephemeral range (32768–60999 by default), so
+/// the many outbound connections tests open cannot take it before the process binds it.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    for _ in 0..500 {
+        let port = rand::random_range(20_000..32_768);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000-32767");
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, for at most `limit`.

@@ -11,7 +11,7 @@ use crate::config::raw::{RawAlgorithm, RawIdentity, RawLatencyMetric, RawObjecti
 use crate::config::snapshot::{
     Bounds, Decision, DecisionVectors, Fallback, Identity, Model, Objective, Policy,
 };
-use crate::config::{hex_sha256, Snapshot};
+use crate::config::{hex_sha256, Plugin, Snapshot};
 use crate::decision::Rule;
 use crate::inference::EncoderHandle;
 use crate::selection::Candidate;
@@ -28,6 +28,7 @@ pub(super) struct Tables<'a> {
     pub decision_index: &'a HashMap<String, usize>,
     pub decisions: &'a [Option<Decision>],
     pub signals: &'a [Option<Signal>],
+    pub signal_index: &'a HashMap<String, usize>,
     pub sources: &'a HashMap<(&'static str, String), Value>,
     pub encoder: Option<&'a Arc<EncoderHandle>>,
 }
@@ -144,13 +145,27 @@ fn compile_identity(
             }
         }
     }
+    let plugins = super::plugins::compile_plugins(
+        &identity.plugins,
+        &format!("{path}.plugins"),
+        &super::plugins::PluginTables {
+            signal_index: tables.signal_index,
+            signals: tables.signals,
+            models: tables.models,
+        },
+        errors,
+    );
+    ok &= plugins.is_some();
+    let plugins = plugins.unwrap_or_default();
     let mut signals = Vec::new();
     for decision in selected
         .iter()
         .filter_map(|&d| tables.decisions.get(d)?.as_ref())
     {
         decision.rule.collect_signals(&mut signals);
+        signals.extend(decision.plugins.iter().filter_map(Plugin::signal));
     }
+    signals.extend(plugins.iter().filter_map(Plugin::signal));
     signals.extend(projection_needs(&signals, tables.signals));
     signals.sort_unstable();
     signals.dedup();
@@ -205,6 +220,7 @@ fn compile_identity(
         signals,
         needs,
         contract,
+        plugins,
     })
 }
 
@@ -358,6 +374,7 @@ fn objective_decision(
         vectors,
         looper: None,
         contract: None,
+        plugins: Vec::new(),
     })
 }
 

@@ -8,6 +8,7 @@ mod heads;
 mod identities;
 mod loopers;
 mod models;
+mod plugins;
 mod projections;
 mod signals;
 mod state;
@@ -96,6 +97,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         &model_index,
         &models,
         &signal_index,
+        &signals,
         encoder.as_ref(),
         errors,
     );
@@ -107,6 +109,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             decision_index: &decision_index,
             decisions: &decisions,
             signals: &signals,
+            signal_index: &signal_index,
             sources: &raw.sources,
             encoder: encoder.as_ref(),
         },

@@ -5,6 +5,7 @@ use super::contracts::compile_contract;
 use super::heads;
 use super::known_names;
 use super::loopers::compile_looper;
+use super::plugins::{compile_plugins, PluginTables};
 use crate::config::error::Errors;
 use crate::config::raw::{
     RawAggregate, RawDecision, RawExemplar, RawKeywordOperator, RawOnError, RawRule, RawScope,
@@ -373,6 +374,7 @@ pub(super) fn compile_decisions(
     models: &HashMap<String, usize>,
     compiled_models: &[Option<Model>],
     signals: &HashMap<String, usize>,
+    signal_table: &[Option<Signal>],
     encoder: Option<&Arc<EncoderHandle>>,
     errors: &mut Errors,
 ) -> Vec<Option<Decision>> {
@@ -443,6 +445,20 @@ pub(super) fn compile_decisions(
             },
             None => None,
         };
+        let plugin_tables = PluginTables {
+            signal_index: signals,
+            signals: signal_table,
+            models,
+        };
+        let Some(plugins) = compile_plugins(
+            &decision.plugins,
+            &format!("{path}.plugins"),
+            &plugin_tables,
+            errors,
+        ) else {
+            decisions.push(None);
+            continue;
+        };
         let Some((algorithm, vectors)) = algorithm else {
             decisions.push(None);
             continue;
@@ -457,6 +473,7 @@ pub(super) fn compile_decisions(
             vectors,
             looper,
             contract,
+            plugins,
         }));
     }
     decisions

@@ -1,0 +1,67 @@
+//! Compiled plugins: request-phase actions a decision or an identity runs once the decision is
+//! made — guards that refuse or reroute, and rewrites of the upstream request.
+
+/// One plugin, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plugin {
+    /// Adds a system prompt.
+    SystemPrompt {
+        /// The prompt.
+        prompt: String,
+        /// Drop the client's system messages first.
+        replace: bool,
+    },
+    /// Sets and removes upstream request headers (lower-case names).
+    HeaderMutation {
+        /// Headers set.
+        set: Vec<(String, String)>,
+        /// Headers removed.
+        remove: Vec<String>,
+    },
+    /// Caps and strips request parameters.
+    RequestParams {
+        /// Cap on `max_tokens` / `max_completion_tokens`.
+        max_tokens: Option<u64>,
+        /// Cap on `n`.
+        max_n: Option<u64>,
+        /// Parameters removed.
+        strip: Vec<String>,
+    },
+    /// Refuses or reroutes when a jailbreak signal matched.
+    JailbreakGuard {
+        /// Index of the jailbreak signal.
+        signal: usize,
+        /// Model index a reroute goes to; `None` blocks.
+        reroute: Option<usize>,
+    },
+    /// Refuses a request whose pii signal found a blocking type.
+    PiiBlock {
+        /// Index of the pii signal.
+        signal: usize,
+        /// Types that block (all reported types when empty).
+        deny: Vec<String>,
+        /// Types that never block.
+        allow: Vec<String>,
+    },
+}
+
+impl Plugin {
+    /// The configuration name (`system_prompt`, `jailbreak_guard`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::SystemPrompt { .. } => "system_prompt",
+            Self::HeaderMutation { .. } => "header_mutation",
+            Self::RequestParams { .. } => "request_params",
+            Self::JailbreakGuard { .. } => "jailbreak_guard",
+            Self::PiiBlock { .. } => "pii",
+        }
+    }
+
+    /// The signal a guard reads.
+    pub fn signal(&self) -> Option<usize> {
+        match self {
+            Self::JailbreakGuard { signal, .. } | Self::PiiBlock { signal, .. } => Some(*signal),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `plugins[]` on a decision or an identity: request-phase actions after the decision is made.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// One plugin as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(
+    tag = "type",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum RawPlugin {
+    /// Adds a system prompt (`insert`: a new first system message; `replace`: instead of every
+    /// system message the client sent).
+    SystemPrompt {
+        /// The prompt.
+        prompt: String,
+        /// `insert` (default) or `replace`.
+        #[serde(default)]
+        mode: RawPromptMode,
+    },
+    /// Sets or removes headers of the forwarded upstream request.
+    HeaderMutation {
+        /// Headers set (replacing a value the client sent).
+        #[serde(default)]
+        set: BTreeMap<String, String>,
+        /// Headers removed.
+        #[serde(default)]
+        remove: Vec<String>,
+    },
+    /// Caps and strips request parameters.
+    RequestParams {
+        /// Cap on `max_tokens` / `max_completion_tokens` (set when the client sent none).
+        max_tokens: Option<u64>,
+        /// Cap on `n`.
+        max_n: Option<u64>,
+        /// Parameters removed from the body (e.g. `logit_bias`, `tools`).
+        #[serde(default)]
+        strip: Vec<String>,
+    },
+    /// Acts on a jailbreak signal: `block` with a refusal, or `reroute` to a designated model.
+    JailbreakGuard {
+        /// The jailbreak signal read.
+        signal: String,
+        /// `block` (default) or `reroute`.
+        #[serde(default)]
+        action: RawGuardAction,
+        /// The model a `reroute` sends the request to.
+        model: Option<String>,
+    },
+    /// Blocks a request carrying personal data, naming the types found (never the values).
+    Pii {
+        /// The pii signal read.
+        signal: String,
+        /// What the plugin does (`block`).
+        mode: RawPiiMode,
+        /// Types that block (every type the signal reports when empty).
+        #[serde(default)]
+        deny: Vec<String>,
+        /// Types that never block.
+        #[serde(default)]
+        allow: Vec<String>,
+    },
+}
+
+/// How a system prompt is added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawPromptMode {
+    /// A new first system message; the client's system messages stay.
+    #[default]
+    Insert,
+    /// The client's system messages are dropped.
+    Replace,
+}
+
+/// What a guard does when its signal matched.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawGuardAction {
+    /// Refuse the request before any upstream call.
+    #[default]
+    Block,
+    /// Send it to the designated model instead (no looper).
+    Reroute,
+}
+
+/// What the pii plugin does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawPiiMode {
+    /// Refuse the request before any upstream call.
+    Block,
+}

@@ -1,0 +1,78 @@
+//! What happens once the decision is made: the plugins (guards may refuse or reroute, rewrites
+//! change the request), then the decision's recipe or its single model (with session
+//! continuity), then the output contract and header edits bound to the forwarded request.
+
+use super::plugins::{self, HeaderEdits};
+use super::{bind_contract, forward, recipe, refusal, session};
+use super::{Action, LooperTrace, Routed, Services, Trace};
+use crate::config::{Decision, Identity, Snapshot};
+use crate::llm::{ChatRequest, Headers};
+
+/// Carries out `decision` (none: the identity's default, `chosen`) for `request`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site, each argument distinct"
+)]
+pub(super) async fn carry_out(
+    snapshot: &Snapshot,
+    services: &Services,
+    identity: &Identity,
+    headers: &Headers,
+    mut request: ChatRequest,
+    mut trace: Trace,
+    chosen: usize,
+    decision: Option<&Decision>,
+    depth: u32,
+) -> Routed {
+    let state = services.state.as_ref();
+    let mut edits = HeaderEdits::default();
+    let decision_plugins = decision.map_or(&[][..], |d| d.plugins.as_slice());
+    let plugins = identity.plugins.iter().chain(decision_plugins);
+    let rerouted = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
+        Ok(rerouted) => rerouted,
+        Err(error) => {
+            let mut refused = refusal(snapshot, error);
+            refused.trace.identity = trace.identity;
+            refused.trace.identity_version = trace.identity_version;
+            refused.trace.signals = trace.signals;
+            refused.trace.decision = trace.decision;
+            refused.trace.plugins = trace.plugins;
+            return refused;
+        }
+    };
+    let routed = if let Some(model) = rerouted {
+        // A guard sends the request to its designated model: no recipe, no session pin.
+        trace.selection_reason = format!(
+            "rerouted by a guard plugin to {}",
+            snapshot.models[model].name
+        );
+        forward(trace, request, &snapshot.models[model])
+    } else {
+        let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
+        let routed = match (looper, &services.client, depth) {
+            (Some((decision, looper)), Some(client), 0) => {
+                recipe::run(snapshot, client, state, decision, looper, request, trace).await
+            }
+            (planned, _, _) => {
+                if let (Some((_, looper)), None) = (planned, &services.client) {
+                    // Offline (`explain`): the recipe is shown, not run.
+                    trace.looper = Some(LooperTrace::new(looper.name()));
+                }
+                let model = session::continue_session(
+                    snapshot, state, identity, headers, &request, &mut trace, chosen,
+                )
+                .await;
+                forward(trace, request, &snapshot.models[model])
+            }
+        };
+        bind_contract(routed, decision)
+    };
+    with_header_edits(routed, edits)
+}
+
+fn with_header_edits(mut routed: Routed, edits: HeaderEdits) -> Routed {
+    if let Action::Forward(forward) = &mut routed.action {
+        forward.headers = edits;
+    }
+    routed
+}

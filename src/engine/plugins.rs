@@ -1,0 +1,209 @@
+//! Plugins in the request phase, once the decision is made: the identity's, then the winning
+//! decision's, in their declared order. Guards read their signal's result and refuse the request
+//! or reroute it before any upstream call; rewrites change the request every later step sends
+//! (sub-requests and the forwarded request alike) or the headers of the forwarded request.
+
+use super::{RouteError, Trace};
+use crate::config::{Plugin, Snapshot};
+use crate::llm::ChatRequest;
+use serde_json::{json, Value};
+
+/// Header edits for the forwarded request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderEdits {
+    /// Set (lower-case name, value).
+    pub set: Vec<(String, String)>,
+    /// Removed (lower-case names).
+    pub remove: Vec<String>,
+}
+
+/// Runs `plugins` on `request`; returns the model a guard rerouted to, if one did. Each
+/// plugin's action is added to `trace.plugins`.
+pub(super) fn apply<'p>(
+    snapshot: &Snapshot,
+    plugins: impl Iterator<Item = &'p Plugin>,
+    request: &mut ChatRequest,
+    edits: &mut HeaderEdits,
+    trace: &mut Trace,
+) -> Result<Option<usize>, RouteError> {
+    let mut reroute = None;
+    for plugin in plugins {
+        let action = match plugin {
+            Plugin::JailbreakGuard {
+                signal,
+                reroute: to,
+            } => {
+                let name = &snapshot.signals[*signal].name;
+                let matched = trace.signals.iter().any(|r| &r.name == name && r.matched);
+                match (matched, to) {
+                    (false, _) => "passed".to_owned(),
+                    (true, None) => {
+                        trace.plugins.push((plugin.name(), "blocked".to_owned()));
+                        return Err(RouteError::JailbreakBlocked {
+                            signal: name.clone(),
+                        });
+                    }
+                    (true, Some(model)) => {
+                        reroute = Some(*model);
+                        format!("rerouted to {}", snapshot.models[*model].name)
+                    }
+                }
+            }
+            Plugin::PiiBlock {
+                signal,
+                deny,
+                allow,
+            } => {
+                let name = &snapshot.signals[*signal].name;
+                let found: Vec<String> = trace
+                    .signals
+                    .iter()
+                    .filter(|r| &r.name == name)
+                    .filter_map(|r| r.label.as_deref())
+                    .flat_map(|label| label.split(','))
+                    .filter(|t| !allow.iter().any(|a| a == t))
+                    .filter(|t| deny.is_empty() || deny.iter().any(|d| d == t))
+                    .map(str::to_owned)
+                    .collect();
+                if !found.is_empty() {
+                    trace.plugins.push((plugin.name(), "blocked".to_owned()));
+                    return Err(RouteError::PiiBlocked { types: found });
+                }
+                "passed".to_owned()
+            }
+            Plugin::SystemPrompt { prompt, replace } => {
+                system_prompt(request, prompt, *replace);
+                if *replace { "replaced" } else { "inserted" }.to_owned()
+            }
+            Plugin::RequestParams {
+                max_tokens,
+                max_n,
+                strip,
+            } => request_params(request, *max_tokens, *max_n, strip),
+            Plugin::HeaderMutation { set, remove } => {
+                edits.set.extend(set.iter().cloned());
+                edits.remove.extend(remove.iter().cloned());
+                format!("{} set {} removed", set.len(), remove.len())
+            }
+        };
+        trace.plugins.push((plugin.name(), action));
+    }
+    Ok(reroute)
+}
+
+fn system_prompt(request: &mut ChatRequest, prompt: &str, replace: bool) {
+    let object = request.object_mut();
+    let mut messages: Vec<Value> = object
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if replace {
+        messages.retain(|m| m["role"] != "system" && m["role"] != "developer");
+    }
+    messages.insert(0, json!({"role": "system", "content": prompt}));
+    object.insert("messages".to_owned(), Value::Array(messages));
+}
+
+/// Caps `max_tokens`/`max_completion_tokens` and `n`, strips parameters; says what changed.
+fn request_params(
+    request: &mut ChatRequest,
+    max_tokens: Option<u64>,
+    max_n: Option<u64>,
+    strip: &[String],
+) -> String {
+    let object = request.object_mut();
+    let mut changed = Vec::new();
+    if let Some(cap) = max_tokens {
+        let mut capped = false;
+        for key in ["max_tokens", "max_completion_tokens"] {
+            if let Some(asked) = object.get(key).and_then(Value::as_u64) {
+                if asked > cap {
+                    object.insert(key.to_owned(), json!(cap));
+                    capped = true;
+                }
+            }
+        }
+        let absent =
+            !object.contains_key("max_tokens") && !object.contains_key("max_completion_tokens");
+        if absent {
+            object.insert("max_tokens".to_owned(), json!(cap));
+            capped = true;
+        }
+        if capped {
+            changed.push(format!("max_tokens<={cap}"));
+        }
+    }
+    if let Some(cap) = max_n {
+        if object
+            .get("n")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > cap)
+        {
+            object.insert("n".to_owned(), json!(cap));
+            changed.push(format!("n<={cap}"));
+        }
+    }
+    for param in strip {
+        if object.remove(param).is_some() {
+            changed.push(format!("-{param}"));
+        }
+    }
+    if changed.is_empty() {
+        "unchanged".to_owned()
+    } else {
+        changed.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> ChatRequest {
+        ChatRequest::parse(body.to_string().as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn request_params_cap_and_strip_and_say_what_changed() {
+        let mut asked = request(json!({"model": "m", "max_tokens": 4000, "n": 5,
+            "logit_bias": {"1": 2}, "messages": [{"role": "user", "content": "hi"}]}));
+        let changed = request_params(&mut asked, Some(512), Some(1), &["logit_bias".to_owned()]);
+        assert_eq!(changed, "max_tokens<=512 n<=1 -logit_bias");
+        assert_eq!(asked.object()["max_tokens"], 512);
+        assert_eq!(asked.object()["n"], 1);
+        assert!(!asked.object().contains_key("logit_bias"));
+        let mut modest = request(json!({"model": "m", "max_completion_tokens": 100,
+            "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(
+            request_params(&mut modest, Some(512), Some(1), &[]),
+            "unchanged"
+        );
+        let mut silent =
+            request(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(
+            request_params(&mut silent, Some(64), None, &[]),
+            "max_tokens<=64"
+        );
+    }
+
+    #[test]
+    fn a_system_prompt_is_inserted_first_or_replaces_the_clients() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": "be rude"}, {"role": "user", "content": "hi"}]});
+        let mut inserted = request(body.clone());
+        system_prompt(&mut inserted, "be kind", false);
+        let roles: Vec<&str> = inserted.object()["messages"]
+            .as_array()
+            .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(roles, ["be kind", "be rude", "hi"]);
+        let mut replaced = request(body);
+        system_prompt(&mut replaced, "be kind", true);
+        let roles: Vec<&str> = replaced.object()["messages"]
+            .as_array()
+            .map(|m| m.iter().filter_map(|m| m["content"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(roles, ["be kind", "hi"]);
+    }
+}
