@@ -25,6 +25,11 @@ identities:
     plugins:
       - {type: jailbreak_guard, signal: attack}
       - {type: pii, signal: personal_data, mode: block, allow: [IP_ADDRESS]}
+  - name: mom/private
+    defaultModel: smollm2-135m
+    decisions: []
+    plugins:
+      - {type: pii, signal: personal_data, mode: mask, allow: [IP_ADDRESS]}
   - name: mom/secu
     defaultModel: qwen2.5-coder-0.5b
     decisions: []
@@ -156,4 +161,67 @@ async fn rewrites_reach_the_upstream_as_configured() {
     };
     assert_eq!(header_of("x-tenant"), ["billing"]);
     assert!(header_of("x-client-secret").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masked_values_never_reach_the_model_and_come_back_in_json_and_sse() {
+    let stack = Stack::start_with_config(POLICY).await;
+    let small = &stack.backends["smollm2-135m"];
+    let text = "Email jane.doe@example.com or call +44 20 7946 0958 from 10.0.0.1";
+    let reply = "I will email [EMAIL_1] and call [PHONE_1] for you.";
+    small.queue(&[reply, reply]);
+    let response = stack.chat(&ask("mom/private", text), "masked").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        header(&response, "x-mom-plugins"),
+        "pii:masked [EMAIL_1] [PHONE_1]"
+    );
+    let body: Value = response.json().await.unwrap();
+    let answer = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        answer.starts_with("I will email jane.doe@example.com and call +44"),
+        "{answer}"
+    );
+    let seen = small.bodies();
+    let upstream = seen[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        upstream.starts_with("Email [EMAIL_1] or call [PHONE_1] from 10.0.0.1"),
+        "{upstream}"
+    );
+    let raw = String::from_utf8_lossy(&small.seen.lock().unwrap()[0].body).into_owned();
+    assert!(!raw.contains("jane.doe") && !raw.contains("7946"), "{raw}");
+
+    // Streamed, cut every 4 characters: placeholders arrive split across chunks.
+    small
+        .chunk_chars
+        .store(4, std::sync::atomic::Ordering::Relaxed);
+    let mut streamed = ask("mom/private", text);
+    streamed["stream"] = json!(true);
+    let mut response = stack.chat(&streamed, "masked-sse").await;
+    assert_eq!(response.status(), 200);
+    let mut events = String::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        events.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let mut joined = String::new();
+    for line in events.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if let Ok(chunk) = serde_json::from_str::<Value>(data) {
+            joined.push_str(
+                chunk["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .unwrap_or(""),
+            );
+        }
+    }
+    assert!(
+        joined.starts_with("I will email jane.doe@example.com and call +44"),
+        "{joined}"
+    );
+    assert!(
+        !joined.contains('[') && events.ends_with("data: [DONE]\n\n"),
+        "{events}"
+    );
 }

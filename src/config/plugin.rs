@@ -34,6 +34,16 @@ pub enum Plugin {
         /// Model index a reroute goes to; `None` blocks.
         reroute: Option<usize>,
     },
+    /// Masks personal data of the accepted types before any model sees it (validated pattern
+    /// types: masking needs each value's position).
+    PiiMask {
+        /// Index of the pii signal (masking runs only when it matched).
+        signal: usize,
+        /// Types masked (all when empty).
+        deny: Vec<String>,
+        /// Types never masked.
+        allow: Vec<String>,
+    },
     /// Refuses a request whose pii signal found a blocking type.
     PiiBlock {
         /// Index of the pii signal.
@@ -53,14 +63,16 @@ impl Plugin {
             Self::HeaderMutation { .. } => "header_mutation",
             Self::RequestParams { .. } => "request_params",
             Self::JailbreakGuard { .. } => "jailbreak_guard",
-            Self::PiiBlock { .. } => "pii",
+            Self::PiiBlock { .. } | Self::PiiMask { .. } => "pii",
         }
     }
 
     /// The signal a guard reads.
     pub fn signal(&self) -> Option<usize> {
         match self {
-            Self::JailbreakGuard { signal, .. } | Self::PiiBlock { signal, .. } => Some(*signal),
+            Self::JailbreakGuard { signal, .. }
+            | Self::PiiBlock { signal, .. }
+            | Self::PiiMask { signal, .. } => Some(*signal),
             _ => None,
         }
     }

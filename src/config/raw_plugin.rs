@@ -50,16 +50,17 @@ pub enum RawPlugin {
         /// The model a `reroute` sends the request to.
         model: Option<String>,
     },
-    /// Blocks a request carrying personal data, naming the types found (never the values).
+    /// Blocks a request carrying personal data, naming the types found (never the values), or
+    /// masks the values before any model sees them and restores them in the answer.
     Pii {
         /// The pii signal read.
         signal: String,
-        /// What the plugin does (`block`).
+        /// `block` or `mask`.
         mode: RawPiiMode,
-        /// Types that block (every type the signal reports when empty).
+        /// Types that block or are masked (every type when empty).
         #[serde(default)]
         deny: Vec<String>,
-        /// Types that never block.
+        /// Types that never block and are never masked.
         #[serde(default)]
         allow: Vec<String>,
     },
@@ -93,4 +94,6 @@ pub enum RawGuardAction {
 pub enum RawPiiMode {
     /// Refuse the request before any upstream call.
     Block,
+    /// Replace the values with placeholders upstream; restore them in the answer.
+    Mask,
 }

@@ -2,11 +2,13 @@
 //! change the request), then the decision's recipe or its single model (with session
 //! continuity), then the output contract and header edits bound to the forwarded request.
 
+use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
 use super::{bind_contract, forward, recipe, refusal, session};
 use super::{Action, LooperTrace, Routed, Services, Trace};
 use crate::config::{Decision, Identity, Snapshot};
 use crate::llm::{ChatRequest, Headers};
+use std::sync::Arc;
 
 /// Carries out `decision` (none: the identity's default, `chosen`) for `request`.
 #[expect(
@@ -28,8 +30,8 @@ pub(super) async fn carry_out(
     let mut edits = HeaderEdits::default();
     let decision_plugins = decision.map_or(&[][..], |d| d.plugins.as_slice());
     let plugins = identity.plugins.iter().chain(decision_plugins);
-    let rerouted = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
-        Ok(rerouted) => rerouted,
+    let applied = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
+        Ok(applied) => applied,
         Err(error) => {
             let mut refused = refusal(snapshot, error);
             refused.trace.identity = trace.identity;
@@ -40,7 +42,7 @@ pub(super) async fn carry_out(
             return refused;
         }
     };
-    let routed = if let Some(model) = rerouted {
+    let routed = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(
             "rerouted by a guard plugin to {}",
@@ -67,12 +69,22 @@ pub(super) async fn carry_out(
         };
         bind_contract(routed, decision)
     };
-    with_header_edits(routed, edits)
+    finish(routed, edits, applied.masker)
 }
 
-fn with_header_edits(mut routed: Routed, edits: HeaderEdits) -> Routed {
-    if let Action::Forward(forward) = &mut routed.action {
-        forward.headers = edits;
+/// Binds the header edits to a forwarded request, and the masked placeholders to its response
+/// (a reply already in hand gets its values back now).
+fn finish(mut routed: Routed, edits: HeaderEdits, masker: Option<Arc<Masker>>) -> Routed {
+    match &mut routed.action {
+        Action::Forward(forward) => {
+            forward.headers = edits;
+            forward.masker = masker;
+        }
+        Action::Respond(reply) => {
+            if let (Some(masker), "ok") = (masker, reply.code) {
+                reply.body = masker.restore_body(&reply.body);
+            }
+        }
     }
     routed
 }

@@ -9,6 +9,7 @@ mod error;
 mod fusion;
 mod looper;
 mod models;
+pub mod pii_mask;
 mod plugins;
 mod ratings;
 mod recipe;
@@ -69,6 +70,8 @@ pub struct Forward {
     pub contract: Option<crate::config::Contract>,
     /// Header edits plugins made for the upstream request.
     pub headers: plugins::HeaderEdits,
+    /// Personal data masked in the request, restored in the response.
+    pub masker: Option<Arc<pii_mask::Masker>>,
 }
 
 /// What happens to the request.
@@ -462,6 +465,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             fallback: None,
             contract: None,
             headers: plugins::HeaderEdits::default(),
+            masker: None,
         }),
         trace,
     }

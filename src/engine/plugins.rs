@@ -3,10 +3,13 @@
 //! or reroute it before any upstream call; rewrites change the request every later step sends
 //! (sub-requests and the forwarded request alike) or the headers of the forwarded request.
 
+use super::pii_mask::Masker;
 use super::{RouteError, Trace};
 use crate::config::{Plugin, Snapshot};
 use crate::llm::ChatRequest;
+use crate::signals::pii_patterns::PiiKind;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Header edits for the forwarded request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,16 +20,25 @@ pub struct HeaderEdits {
     pub remove: Vec<String>,
 }
 
-/// Runs `plugins` on `request`; returns the model a guard rerouted to, if one did. Each
-/// plugin's action is added to `trace.plugins`.
+/// What the plugins left for the rest of the request.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// The model a guard rerouted to.
+    pub reroute: Option<usize>,
+    /// The placeholders masked in the request, to restore in the answer.
+    pub masker: Option<Arc<Masker>>,
+}
+
+/// Runs `plugins` on `request`. Each plugin's action is added to `trace.plugins`.
 pub(super) fn apply<'p>(
     snapshot: &Snapshot,
     plugins: impl Iterator<Item = &'p Plugin>,
     request: &mut ChatRequest,
     edits: &mut HeaderEdits,
     trace: &mut Trace,
-) -> Result<Option<usize>, RouteError> {
+) -> Result<Applied, RouteError> {
     let mut reroute = None;
+    let mut masker: Option<Arc<Masker>> = None;
     for plugin in plugins {
         let action = match plugin {
             Plugin::JailbreakGuard {
@@ -71,6 +83,31 @@ pub(super) fn apply<'p>(
                 }
                 "passed".to_owned()
             }
+            Plugin::PiiMask {
+                signal,
+                deny,
+                allow,
+            } => {
+                let name = &snapshot.signals[*signal].name;
+                let matched = trace.signals.iter().any(|r| &r.name == name && r.matched);
+                let masks = |kind: PiiKind| {
+                    let kind = kind.name();
+                    !allow.iter().any(|a| a == kind)
+                        && (deny.is_empty() || deny.iter().any(|d| d == kind))
+                };
+                if !matched || masker.is_some() {
+                    "passed".to_owned()
+                } else {
+                    let masked = Masker::mask(request.object_mut(), masks);
+                    if masked.is_empty() {
+                        "passed".to_owned()
+                    } else {
+                        let action = format!("masked {}", masked.label());
+                        masker = Some(Arc::new(masked));
+                        action
+                    }
+                }
+            }
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
                 if *replace { "replaced" } else { "inserted" }.to_owned()
@@ -88,7 +125,7 @@ pub(super) fn apply<'p>(
         };
         trace.plugins.push((plugin.name(), action));
     }
-    Ok(reroute)
+    Ok(Applied { reroute, masker })
 }
 
 fn system_prompt(request: &mut ChatRequest, prompt: &str, replace: bool) {

@@ -253,5 +253,6 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         fallback: None,
         contract: None,
         headers: super::HeaderEdits::default(),
+        masker: None,
     }
 }

@@ -1,12 +1,14 @@
 //! One ext_proc stream (one HTTP request) as a state struct with one function per phase.
 
+mod checked;
+
 use super::convert;
 use crate::config::Snapshot;
 use crate::engine::Services;
 use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
-    ContractLabels, PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
+    PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
 use crate::state::{now_ms, Observation, Run, Timing};
@@ -70,6 +72,11 @@ struct Forwarded {
     body_mode: convert::BodyMode,
     /// A streamed response's bytes, collected for its contract check.
     collected: Vec<u8>,
+    /// Placeholders masked in the request: restored in the response (a JSON body whole, a
+    /// stream event by event).
+    masker: Option<Arc<crate::engine::pii_mask::Masker>>,
+    /// The stream's restorer, once the response streams.
+    restorer: Option<crate::engine::pii_mask::SseRestorer>,
 }
 
 impl StreamState {
@@ -217,6 +224,7 @@ impl StreamState {
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
                 let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
+                let masker = forward.masker.take();
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -231,6 +239,8 @@ impl StreamState {
                     contract,
                     body_mode: convert::BodyMode::Unchanged,
                     collected: Vec::new(),
+                    masker,
+                    restorer: None,
                 });
                 response
             }
@@ -290,7 +300,7 @@ impl StreamState {
                 convert::BodyMode::Unchanged,
             );
         }
-        let checked = forwarded.contract.is_some();
+        let checked = forwarded.contract.is_some() || forwarded.masker.is_some();
         let watch_body =
             success && !message.end_of_stream && (forwarded.stream || observe || checked);
         if watch_body && observe {
@@ -305,143 +315,16 @@ impl StreamState {
             // A failed response is not checked against the contract.
             forwarded.contract = None;
         }
+        if let (true, Some(masker)) = (forwarded.stream, &forwarded.masker) {
+            forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
+                masker,
+            )));
+        }
         convert::response_headers(Some(&forwarded.trace), forwarded.body_mode)
     }
 
-    /// True for the complete buffered body of an answer that breaks its contract, when a
-    /// repair can be asked for.
-    fn needs_repair(&self, message: &HttpBody) -> bool {
-        let Some(forwarded) = &self.forwarded else {
-            return false;
-        };
-        let Some((contract, _)) = &forwarded.contract else {
-            return false;
-        };
-        if forwarded.body_mode != convert::BodyMode::Buffered
-            || !message.end_of_stream
-            || self.services.client.is_none()
-        {
-            return false;
-        }
-        let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
-        contract
-            .shape
-            .check(crate::engine::contract::content(&body))
-            .is_err()
-    }
-
-    /// Repairs a buffered answer that broke its contract: one call to the same model through
-    /// Envoy; the repaired answer replaces the body, or the original stays (marked violated), or
-    /// the client gets a 502 when the contract says `fail`.
-    async fn repair(&mut self, message: HttpBody) -> ProcessingResponse {
-        self.observe_body(&message);
-        let snapshot = Arc::clone(&self.snapshot);
-        let (Some(forwarded), Some(client)) = (&mut self.forwarded, &self.services.client) else {
-            return convert::continue_response_body();
-        };
-        let Some((contract, request)) = forwarded.contract.take() else {
-            return convert::continue_response_body();
-        };
-        let Some(model) = snapshot
-            .model_index(&forwarded.model)
-            .map(|i| &snapshot.models[i])
-        else {
-            return convert::continue_response_body();
-        };
-        let request: serde_json::Value = serde_json::from_slice(&request).unwrap_or_default();
-        let messages = request["messages"].as_array().cloned().unwrap_or_default();
-        let max_tokens = request["max_tokens"].as_u64().unwrap_or(1024);
-        let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
-        let mut enforced = crate::engine::contract::enforce(
-            client,
-            &contract.shape,
-            model,
-            &messages,
-            body,
-            max_tokens,
-            REPAIR_DEADLINE,
-        )
-        .await;
-        forwarded.trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
-        let trace = forwarded.trace.clone();
-        self.count_contract(&trace);
-        match (enforced.outcome, enforced.reason, contract.on_violation) {
-            ("repaired", _, _) => {
-                let usage = &mut enforced.body["usage"];
-                if usage.is_object() {
-                    for (field, added) in [
-                        ("prompt_tokens", enforced.usage.0),
-                        ("completion_tokens", enforced.usage.1),
-                        ("total_tokens", enforced.usage.0 + enforced.usage.1),
-                    ] {
-                        let before = usage[field].as_u64().unwrap_or(0);
-                        usage[field] = serde_json::json!(before + added);
-                    }
-                }
-                let body = enforced.body.to_string().into_bytes();
-                convert::checked_response_body(&trace, Some(body), true)
-            }
-            (_, Some(reason), crate::config::OnViolation::Fail) => {
-                let error = RouteError::ContractViolated {
-                    contract: contract.shape.name(),
-                    reason,
-                };
-                let mut trace = trace;
-                trace.error = Some((error.code(), error.fault()));
-                convert::immediate(&error.reply(), &trace)
-            }
-            _ => convert::checked_response_body(&trace, None, true),
-        }
-    }
-
-    /// Counts a finished contract check.
-    fn count_contract(&self, trace: &Trace) {
-        if let Some((contract, outcome)) = &trace.contract {
-            self.metrics
-                .contract_checks
-                .get_or_create(&ContractLabels {
-                    contract,
-                    outcome: outcome.clone(),
-                })
-                .inc();
-        }
-    }
-
-    fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
-        self.observe_body(message);
-        let Some(forwarded) = &mut self.forwarded else {
-            return convert::continue_response_body();
-        };
-        let Some((contract, _)) = &forwarded.contract else {
-            return convert::continue_response_body();
-        };
-        let held = forwarded.body_mode == convert::BodyMode::Buffered;
-        if !held && forwarded.collected.len() < MAX_COLLECTED {
-            forwarded.collected.extend_from_slice(&message.body);
-        }
-        if !message.end_of_stream {
-            return convert::continue_response_body();
-        }
-        let text = if held {
-            let body: serde_json::Value = serde_json::from_slice(&message.body).unwrap_or_default();
-            crate::engine::contract::content(&body).to_owned()
-        } else {
-            crate::llm::usage::streamed_text(&forwarded.collected)
-        };
-        // Kept, or broken with no way to repair: streamed bytes are already with the client.
-        let outcome = match contract.shape.check(&text) {
-            Ok(()) => "kept",
-            Err(_) => "violated",
-        };
-        forwarded.trace.contract = Some((contract.shape.name(), outcome.to_owned()));
-        forwarded.contract = None;
-        let trace = forwarded.trace.clone();
-        self.count_contract(&trace);
-        convert::checked_response_body(&trace, None, held)
-    }
-
     /// Times the first chunk and feeds the usage scanner; records the response when it ends.
-    fn observe_body(&mut self, message: &HttpBody) {
+    pub(super) fn observe_body(&mut self, message: &HttpBody) {
         let mut finished = None;
         if let Some(forwarded) = &mut self.forwarded {
             if forwarded.first_chunk.is_none() {

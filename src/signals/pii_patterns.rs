@@ -184,9 +184,87 @@ pub fn find(text: &str) -> Vec<PiiKind> {
     found
 }
 
+/// Every validated entity in `text` with its byte range, in text order, overlaps resolved in
+/// favour of the earlier (then longer) match — what masking replaces.
+pub fn spans(text: &str) -> Vec<(PiiKind, std::ops::Range<usize>)> {
+    let Some(d) = detectors() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PiiKind, std::ops::Range<usize>)> = Vec::new();
+    if text.contains('@') {
+        found.extend(d.email.find_iter(text).map(|m| (PiiKind::Email, m.range())));
+    }
+    let digit_count = text.bytes().filter(u8::is_ascii_digit).count();
+    if digit_count >= 4 || text.contains(':') {
+        for m in d.card.find_iter(text).filter(|m| luhn(m.as_str())) {
+            found.push((PiiKind::CreditCard, m.range()));
+        }
+        for m in d.phone.find_iter(text) {
+            let n = digits(m.as_str()).len();
+            if (10..=15).contains(&n) && !luhn(m.as_str()) {
+                found.push((PiiKind::Phone, m.range()));
+            }
+        }
+        for m in d.iban.find_iter(text).filter(|m| iban_valid(m.as_str())) {
+            found.push((PiiKind::Iban, m.range()));
+        }
+        for c in d.ssn.captures_iter(text) {
+            if let (true, Some(whole)) = (ssn_valid(&c[1], &c[2], &c[3]), c.get(0)) {
+                found.push((PiiKind::UsSsn, whole.range()));
+            }
+        }
+        for m in d.ipv4.find_iter(text) {
+            if m.as_str().parse::<std::net::Ipv4Addr>().is_ok() {
+                found.push((PiiKind::IpAddress, m.range()));
+            }
+        }
+        for m in d.ipv6.find_iter(text) {
+            let s = m.as_str();
+            if s.matches(':').count() >= 2 && s.parse::<std::net::Ipv6Addr>().is_ok() {
+                found.push((PiiKind::IpAddress, m.range()));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.1.start.cmp(&b.1.start).then(b.1.end.cmp(&a.1.end)));
+    let mut kept: Vec<(PiiKind, std::ops::Range<usize>)> = Vec::new();
+    for (kind, range) in found {
+        if kept.last().is_none_or(|(_, last)| range.start >= last.end) {
+            kept.push((kind, range));
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_locate_each_validated_entity_once() {
+        let text = "Mail jane.doe@example.com or call +44 20 7946 0958; card 4111 1111 1111 1111.";
+        let found: Vec<(PiiKind, &str)> = spans(text)
+            .into_iter()
+            .map(|(k, r)| (k, &text[r]))
+            .collect();
+        assert_eq!(found[0], (PiiKind::Email, "jane.doe@example.com"));
+        assert!(
+            found.contains(&(PiiKind::CreditCard, "4111 1111 1111 1111")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|(k, v)| *k == PiiKind::Phone && v.contains("7946 0958")),
+            "{found:?}"
+        );
+        let kinds: Vec<PiiKind> = found.iter().map(|(k, _)| *k).collect();
+        let mut listed = find(text);
+        listed.sort_by_key(|k| k.name());
+        let mut from_spans = kinds.clone();
+        from_spans.sort_by_key(|k| k.name());
+        from_spans.dedup();
+        assert_eq!(from_spans, listed);
+    }
 
     #[test]
     fn checksums_accept_real_formats_and_reject_near_misses() {

@@ -41,6 +41,9 @@ pub struct FakeBackend {
     pub reply_text: Arc<Mutex<Option<String>>>,
     /// Texts of the next answers, first in first out; ahead of `reply_text` and the echo.
     pub queued: Arc<Mutex<std::collections::VecDeque<String>>>,
+    /// When non-zero, a streamed answer is cut every this many characters (mid-word) instead of
+    /// word by word.
+    pub chunk_chars: Arc<AtomicU64>,
 }
 
 impl FakeBackend {
@@ -55,6 +58,7 @@ impl FakeBackend {
             fail_status: Arc::new(AtomicU64::new(0)),
             reply_text: Arc::new(Mutex::new(None)),
             queued: Arc::new(Mutex::new(std::collections::VecDeque::new())),
+            chunk_chars: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -170,7 +174,13 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         }
         return (tag, json_response(reply)).into_response();
     }
-    let words: Vec<String> = text.split(' ').map(|w| format!("{w} ")).collect();
+    let cut = backend.chunk_chars.load(Ordering::Relaxed) as usize;
+    let words: Vec<String> = if cut > 0 {
+        let chars: Vec<char> = text.chars().collect();
+        chars.chunks(cut).map(|c| c.iter().collect()).collect()
+    } else {
+        text.split(' ').map(|w| format!("{w} ")).collect()
+    };
     let pause = backend.chunk_pause;
     let chunks = futures_util::stream::unfold(0usize, move |i| {
         let words = words.clone();

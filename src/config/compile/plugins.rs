@@ -3,7 +3,8 @@
 
 use crate::config::error::Errors;
 use crate::config::plugin::Plugin;
-use crate::config::raw::{RawGuardAction, RawPlugin, RawPromptMode};
+use crate::config::raw::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
+use crate::signals::pii_patterns::PiiKind;
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 
@@ -173,7 +174,7 @@ fn compile_plugin(
         }
         RawPlugin::Pii {
             signal,
-            mode: _,
+            mode,
             deny,
             allow,
         } => {
@@ -186,6 +187,28 @@ fn compile_plugin(
                     format!("{both:?} is both denied and allowed"),
                 );
                 return None;
+            }
+            if *mode == RawPiiMode::Mask {
+                let unmaskable: Vec<&String> = deny
+                    .iter()
+                    .filter(|t| PiiKind::from_name(t).is_none())
+                    .collect();
+                if !unmaskable.is_empty() {
+                    errors.push(
+                        format!("{path}.deny"),
+                        format!(
+                            "mask replaces values it can locate; {} cannot be masked (maskable: {})",
+                            unmaskable.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", "),
+                            PiiKind::ALL.map(PiiKind::name).join(", ")
+                        ),
+                    );
+                    return None;
+                }
+                return Some(Plugin::PiiMask {
+                    signal,
+                    deny: deny.clone(),
+                    allow: allow.clone(),
+                });
             }
             Some(Plugin::PiiBlock {
                 signal,
