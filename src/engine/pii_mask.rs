@@ -211,6 +211,17 @@ impl SseRestorer {
             out.extend_from_slice(line);
             return;
         }
+        // A placeholder, or the start of one, is `[` then an upper-case letter or the end of the
+        // text (`"` in JSON); JSON's own arrays open with `[{`, `[]` or `[0`. An event without
+        // one, while nothing is held, passes as it is, unparsed.
+        let holding = self.choices.iter().any(|c| !c.held.is_empty());
+        let maybe = payload
+            .windows(2)
+            .any(|w| w[0] == b'[' && (w[1].is_ascii_uppercase() || w[1] == b'"'));
+        if !holding && !maybe && self.template.is_some() {
+            out.extend_from_slice(line);
+            return;
+        }
         let Ok(mut chunk) = serde_json::from_slice::<Value>(payload) else {
             out.extend_from_slice(line);
             return;
