@@ -210,3 +210,56 @@ async fn exemplar_signals_label_clear_cases_as_a_person_would() {
         }
     }
 }
+
+#[tokio::test]
+async fn tool_selection_keeps_the_closest_tools_and_every_tool_already_called() {
+    let config = semantic_config().replace(
+        "    defaultModel: smollm2-135m\n\nsignals:",
+        "    defaultModel: smollm2-135m\n    plugins: [{type: tool_selection, topK: 2}]\n\nsignals:",
+    );
+    assert_ne!(config, semantic_config());
+    let snapshot = compile_str(&config).unwrap();
+    let tool = |name: &str, description: &str| {
+        serde_json::json!({"type": "function",
+            "function": {"name": name, "description": description, "parameters": {"type": "object"}}})
+    };
+    let request = serde_json::json!({"model": "mom/auto", "tools": [
+        tool("translate_text", "Translate a text from one language to another"),
+        tool("get_weather", "Get the weather forecast, rain and temperature for a city"),
+        tool("send_email", "Send an email message to a recipient"),
+        tool("get_stock_price", "Look up the latest share price of a listed company"),
+        tool("calculator", "Evaluate an arithmetic expression"),
+        tool("create_calendar_event", "Add a meeting to the user's calendar"),
+    ], "messages": [
+        {"role": "user", "content": "Email Bob that the meeting moved to Friday"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "send_email", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sent"},
+        {"role": "user", "content": "Will it rain in Paris tomorrow?"},
+    ]});
+    let routed = engine::on_request_body(
+        &snapshot,
+        &mom_router::engine::Services::offline(&snapshot),
+        &Headers::default(),
+        request.to_string().as_bytes(),
+    )
+    .await;
+    let Action::Forward(forward) = &routed.action else {
+        panic!("expected a forward, got {:?}", routed.action);
+    };
+    let upstream: Value = serde_json::from_slice(&forward.body).unwrap();
+    let kept: Vec<&str> = upstream["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    // Two closest to the rain question (the weather tool among them), plus the email tool the
+    // conversation already called; the client's order is kept.
+    assert!(kept.contains(&"get_weather"), "{kept:?}");
+    assert!(kept.contains(&"send_email"), "{kept:?}");
+    assert!((2..=3).contains(&kept.len()), "{kept:?}");
+    let (plugin, action) = &routed.trace.plugins[0];
+    assert_eq!(*plugin, "tool_selection");
+    assert_eq!(action, &format!("kept {} of 6 tools", kept.len()));
+}

@@ -44,6 +44,11 @@ pub enum Plugin {
         /// Types never masked.
         allow: Vec<String>,
     },
+    /// Keeps the `top_k` tools closest to the last user message, and every tool already called.
+    ToolSelection {
+        /// Tools kept.
+        top_k: usize,
+    },
     /// Refuses a request whose pii signal found a blocking type.
     PiiBlock {
         /// Index of the pii signal.
@@ -64,6 +69,7 @@ impl Plugin {
             Self::RequestParams { .. } => "request_params",
             Self::JailbreakGuard { .. } => "jailbreak_guard",
             Self::PiiBlock { .. } | Self::PiiMask { .. } => "pii",
+            Self::ToolSelection { .. } => "tool_selection",
         }
     }
 

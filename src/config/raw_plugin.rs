@@ -50,6 +50,12 @@ pub enum RawPlugin {
         /// The model a `reroute` sends the request to.
         model: Option<String>,
     },
+    /// Keeps the `topK` tools closest in meaning to the last user message (and every tool the
+    /// conversation already called or `tool_choice` names) when a request carries more.
+    ToolSelection {
+        /// Tools kept.
+        top_k: usize,
+    },
     /// Blocks a request carrying personal data, naming the types found (never the values), or
     /// masks the values before any model sees them and restores them in the answer.
     Pii {

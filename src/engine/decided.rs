@@ -4,28 +4,42 @@
 
 use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
-use super::{bind_contract, forward, recipe, refusal, session};
+use super::{bind_contract, forward, recipe, refusal, session, tools};
 use super::{Action, LooperTrace, Routed, Services, Trace};
 use crate::config::{Decision, Identity, Snapshot};
 use crate::llm::{ChatRequest, Headers};
 use std::sync::Arc;
 
-/// Carries out `decision` (none: the identity's default, `chosen`) for `request`.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one call site, each argument distinct"
-)]
+/// What the decision phase settled.
+pub(super) struct Decided<'s> {
+    /// The evidence so far.
+    pub trace: Trace,
+    /// The model chosen (the identity's default when no decision matched).
+    pub chosen: usize,
+    /// The winning decision.
+    pub decision: Option<&'s Decision>,
+    /// Sub-request depth (0 for a client).
+    pub depth: u32,
+    /// The last user message's embedding, when the identity computes it.
+    pub query: Option<Arc<Vec<f32>>>,
+}
+
+/// Carries out the decision (none: the identity's default) for `request`.
 pub(super) async fn carry_out(
     snapshot: &Snapshot,
     services: &Services,
     identity: &Identity,
     headers: &Headers,
     mut request: ChatRequest,
-    mut trace: Trace,
-    chosen: usize,
-    decision: Option<&Decision>,
-    depth: u32,
+    decided: Decided<'_>,
 ) -> Routed {
+    let Decided {
+        mut trace,
+        chosen,
+        decision,
+        depth,
+        query,
+    } = decided;
     let state = services.state.as_ref();
     let mut edits = HeaderEdits::default();
     let decision_plugins = decision.map_or(&[][..], |d| d.plugins.as_slice());
@@ -42,6 +56,11 @@ pub(super) async fn carry_out(
             return refused;
         }
     };
+    if let Some(top_k) = applied.tool_top_k {
+        let query = query.as_deref().map(Vec::as_slice);
+        let action = tools::select(snapshot, &mut request, query, top_k).await;
+        trace.plugins.push(("tool_selection", action));
+    }
     let routed = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(

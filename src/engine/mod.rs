@@ -16,6 +16,7 @@ mod recipe;
 mod remom;
 mod select;
 mod session;
+mod tools;
 mod trace;
 mod workflows;
 
@@ -199,10 +200,19 @@ pub async fn on_request_body(
         };
         return match route_identity(&context, identity, &request, &neural) {
             Ok((trace, chosen, decision)) => {
-                decided::carry_out(
-                    snapshot, services, identity, headers, request, trace, chosen, decision, depth,
-                )
-                .await
+                let query = neural
+                    .embedding
+                    .as_ref()
+                    .and_then(|e| e.as_ref().ok())
+                    .cloned();
+                let decided = decided::Decided {
+                    trace,
+                    chosen,
+                    decision,
+                    depth,
+                    query,
+                };
+                decided::carry_out(snapshot, services, identity, headers, request, decided).await
             }
             Err(error) => refusal(snapshot, error),
         };

@@ -27,6 +27,9 @@ pub(super) struct Applied {
     pub reroute: Option<usize>,
     /// The placeholders masked in the request, to restore in the answer.
     pub masker: Option<Arc<Masker>>,
+    /// Tools to keep when a tool_selection plugin runs (it needs the encoder: run by the
+    /// caller).
+    pub tool_top_k: Option<usize>,
 }
 
 /// Runs `plugins` on `request`. Each plugin's action is added to `trace.plugins`.
@@ -39,7 +42,12 @@ pub(super) fn apply<'p>(
 ) -> Result<Applied, RouteError> {
     let mut reroute = None;
     let mut masker: Option<Arc<Masker>> = None;
+    let mut tool_top_k = None;
     for plugin in plugins {
+        if let Plugin::ToolSelection { top_k } = plugin {
+            tool_top_k = Some(*top_k);
+            continue;
+        }
         let action = match plugin {
             Plugin::JailbreakGuard {
                 signal,
@@ -108,6 +116,7 @@ pub(super) fn apply<'p>(
                     }
                 }
             }
+            Plugin::ToolSelection { .. } => continue,
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
                 if *replace { "replaced" } else { "inserted" }.to_owned()
@@ -125,7 +134,11 @@ pub(super) fn apply<'p>(
         };
         trace.plugins.push((plugin.name(), action));
     }
-    Ok(Applied { reroute, masker })
+    Ok(Applied {
+        reroute,
+        masker,
+        tool_top_k,
+    })
 }
 
 fn system_prompt(request: &mut ChatRequest, prompt: &str, replace: bool) {

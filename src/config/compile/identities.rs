@@ -152,6 +152,7 @@ fn compile_identity(
             signal_index: tables.signal_index,
             signals: tables.signals,
             models: tables.models,
+            encoder: tables.encoder.is_some(),
         },
         errors,
     );
@@ -205,6 +206,17 @@ fn compile_identity(
         .filter_map(|&d| tables.decisions.get(d)?.as_ref())
         .chain(fallback_decision)
         .any(|d| d.algorithm.needs_embedding());
+    // Tool selection compares tools with the last user message's embedding.
+    let selects_tools = |plugins: &[Plugin]| {
+        plugins
+            .iter()
+            .any(|p| matches!(p, Plugin::ToolSelection { .. }))
+    };
+    needs.embedding |= selects_tools(&plugins)
+        || selected
+            .iter()
+            .filter_map(|&d| tables.decisions.get(d)?.as_ref())
+            .any(|d| selects_tools(&d.plugins));
     let contract = contract_hash(identity, &selected, &signals, &eligible, tables);
     let fallback = fallback?;
     ok.then(|| Identity {

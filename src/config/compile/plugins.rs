@@ -27,6 +27,8 @@ pub(super) struct PluginTables<'a> {
     pub signal_index: &'a HashMap<String, usize>,
     pub signals: &'a [Option<Signal>],
     pub models: &'a HashMap<String, usize>,
+    /// An encoder is configured (tool selection embeds tools).
+    pub encoder: bool,
 }
 
 /// Compiles `raw` at `path` (`decisions[0].plugins`); `None` when any plugin is wrong.
@@ -55,6 +57,20 @@ fn compile_plugin(
     errors: &mut Errors,
 ) -> Option<Plugin> {
     match raw {
+        RawPlugin::ToolSelection { top_k } => {
+            if *top_k == 0 {
+                errors.push(format!("{path}.topK"), "must be greater than 0");
+                return None;
+            }
+            if !tables.encoder {
+                errors.push(
+                    path.to_owned(),
+                    "tool_selection compares tools with the request by meaning; configure inference.encoder",
+                );
+                return None;
+            }
+            Some(Plugin::ToolSelection { top_k: *top_k })
+        }
         RawPlugin::SystemPrompt { prompt, mode } => {
             if prompt.trim().is_empty() {
                 errors.push(format!("{path}.prompt"), "must not be empty");

@@ -449,6 +449,7 @@ pub(super) fn compile_decisions(
             signal_index: signals,
             signals: signal_table,
             models,
+            encoder: encoder.is_some(),
         };
         let Some(plugins) = compile_plugins(
             &decision.plugins,
