@@ -273,10 +273,9 @@ pub struct RemomLooper {
     pub synthesizer: usize,
     /// Candidate indices of the panel.
     pub panel: Vec<usize>,
-    /// Answers asked of each panel model (one round).
-    pub samples: usize,
-    /// Calls per round when a breadth schedule is declared (empty: one round of `samples`).
-    pub breadth: Vec<usize>,
+    /// Calls per round, spread over the panel in turn: the declared breadth schedule, or one
+    /// round of `samples` calls per panel model.
+    pub rounds: Vec<usize>,
     /// Panel calls in flight at once.
     pub max_concurrent: usize,
     /// Panel answers needed.

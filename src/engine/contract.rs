@@ -3,7 +3,9 @@
 //! the contract's instruction in its system message and is checked in the response phase.
 
 use crate::config::Model;
+use crate::llm::chat::reply_text;
 use crate::llm::contract::OutputContract;
+use crate::llm::usage::usage_of;
 use crate::llm::LlmClient;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -22,13 +24,6 @@ pub struct Enforced {
     pub usage: (u64, u64),
 }
 
-/// The text of a chat completion's first choice.
-pub fn content(body: &Value) -> &str {
-    body["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_default()
-}
-
 /// Checks `body` against `contract`; a broken answer is repaired once by `model`, continuing
 /// `messages` (the conversation that produced it) with the answer and the repair request.
 pub async fn enforce(
@@ -40,7 +35,7 @@ pub async fn enforce(
     max_tokens: u64,
     deadline: Duration,
 ) -> Enforced {
-    let text = content(&body).to_owned();
+    let text = reply_text(&body).to_owned();
     let Err(reason) = contract.check(&text) else {
         return Enforced {
             body,
@@ -70,12 +65,8 @@ pub async fn enforce(
             }
         }
     };
-    let usage = &reply.body["usage"];
-    let usage = (
-        usage["prompt_tokens"].as_u64().unwrap_or(0),
-        usage["completion_tokens"].as_u64().unwrap_or(0),
-    );
-    let repaired = content(&reply.body).to_owned();
+    let usage = usage_of(&reply.body).counted();
+    let repaired = reply_text(&reply.body).to_owned();
     match contract.check(&repaired) {
         Ok(()) => {
             body["choices"][0]["message"]["content"] = json!(repaired);

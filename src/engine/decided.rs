@@ -4,9 +4,9 @@
 
 use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
-use super::{bind_contract, forward, recipe, refusal, session, tools};
+use super::{contract, forward, recipe, refusal, session, tools};
 use super::{Action, LooperTrace, Routed, Services, Trace};
-use crate::config::{Decision, Identity, Snapshot};
+use crate::config::{Contract, Decision, Identity, Snapshot};
 use crate::llm::{ChatRequest, Headers};
 use std::sync::Arc;
 
@@ -69,6 +69,12 @@ pub(super) async fn carry_out(
         );
         forward(trace, request, &snapshot.models[model])
     } else {
+        // The contract's instruction joins the request once: every later call — tentative,
+        // panel, synthesis, escalation, a plain forward — carries it.
+        let contract = decision.and_then(|d| d.contract.as_ref());
+        if let Some(contract) = contract {
+            contract::instruct(request.object_mut(), &contract.shape);
+        }
         let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
         let routed = match (looper, &services.client, depth) {
             (Some((decision, looper)), Some(client), 0) => {
@@ -86,9 +92,18 @@ pub(super) async fn carry_out(
                 forward(trace, request, &snapshot.models[model])
             }
         };
-        bind_contract(routed, decision)
+        bind_contract(routed, contract)
     };
     finish(routed, edits, applied.masker)
+}
+
+/// A forwarded request of a decision with an output contract carries the contract for the
+/// response phase to check.
+fn bind_contract(mut routed: Routed, contract: Option<&Contract>) -> Routed {
+    if let (Action::Forward(forward), Some(contract)) = (&mut routed.action, contract) {
+        forward.contract = Some(contract.clone());
+    }
+    routed
 }
 
 /// Binds the header edits to a forwarded request, and the masked placeholders to its response

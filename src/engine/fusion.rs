@@ -9,6 +9,8 @@ use super::looper::{add_usage, Step};
 use super::remom::{evidence, panel, synthesis, Synthesis};
 use super::{RouteError, Trace};
 use crate::config::{Decision, FusionLooper, Snapshot};
+use crate::llm::chat::reply_text;
+use crate::llm::contract::json_in;
 use crate::llm::{ChatRequest, LlmClient};
 use serde_json::{json, Value};
 
@@ -50,9 +52,7 @@ pub(super) async fn fusion(
     let (analysis, outcome, latency_ms) = match called {
         Ok(reply) => {
             add_usage(&mut record, judge, &reply.body);
-            let text = reply.body["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap_or_default();
+            let text = reply_text(&reply.body);
             let latency_ms = reply.latency.as_secs_f64() * 1000.0;
             match structured(text) {
                 Some(rendered) => (Some(rendered), "judged".to_owned(), latency_ms),
@@ -86,9 +86,7 @@ pub(super) async fn fusion(
 
 /// The judge's JSON object rendered as labelled lists, when the reply holds one.
 fn structured(text: &str) -> Option<String> {
-    let start = text.find('{')?;
-    let end = text.rfind('}')?;
-    let object: Value = serde_json::from_str(text.get(start..=end)?).ok()?;
+    let object = json_in(text).filter(Value::is_object)?;
     let mut lines = Vec::new();
     for (key, label) in [
         ("agreement", "Agreement"),

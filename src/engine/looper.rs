@@ -69,19 +69,14 @@ pub(super) enum Ending {
 }
 
 /// A sub-request: the client's request, non-streaming, with log-probabilities asked (and the
-/// best alternatives when `alternatives`), `max_tokens` capped at `max_tokens`, and the output
-/// contract's instruction when the answer may be returned as it is.
+/// best alternatives when `alternatives`) and `max_tokens` capped at `max_tokens`.
 pub(super) fn sub_request_body(
     request: &ChatRequest,
     provider_model: &str,
     max_tokens: u64,
     alternatives: bool,
-    contract: Option<&crate::config::Contract>,
 ) -> Vec<u8> {
     let mut object = request.object().clone();
-    if let Some(contract) = contract {
-        contract::instruct(&mut object, &contract.shape);
-    }
     object.insert("model".to_owned(), json!(provider_model));
     object.insert("stream".to_owned(), json!(false));
     object.remove("stream_options");
@@ -147,13 +142,7 @@ pub(super) async fn confidence_cascade(
             break;
         }
         let margin = looper.measure == Measure::Margin;
-        let body = sub_request_body(
-            request,
-            &model.provider_model,
-            looper.max_tokens,
-            margin,
-            decision.contract.as_ref(),
-        );
+        let body = sub_request_body(request, &model.provider_model, looper.max_tokens, margin);
         let result = client
             .chat(&model.name, body, 1, looper.per_call.min(left))
             .await;
@@ -269,9 +258,7 @@ async fn self_verify(
     if deadline.is_zero() {
         return None;
     }
-    let text = answer["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or_default();
+    let text = crate::llm::chat::reply_text(answer);
     let body = json!({
         "model": model.provider_model, "stream": false, "max_tokens": max_tokens.min(4),
         "logprobs": true, "top_logprobs": 5,
@@ -292,11 +279,7 @@ async fn self_verify(
 
 /// Adds a reply's token usage to the recipe's total.
 pub(super) fn add_usage(record: &mut LooperTrace, model: &Model, body: &Value) {
-    let tokens = |field: &str| body["usage"][field].as_u64().unwrap_or(0);
-    record.add(
-        model,
-        (tokens("prompt_tokens"), tokens("completion_tokens")),
-    );
+    record.add(model, crate::llm::usage::usage_of(body).counted());
 }
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the

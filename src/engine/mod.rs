@@ -439,24 +439,6 @@ fn route_identity<'s>(
     Ok((trace, model_index, Some(decision)))
 }
 
-/// A forwarded request of a decision with an output contract carries the contract's
-/// instruction in its system message, and the contract for the response phase to check.
-fn bind_contract(mut routed: Routed, decision: Option<&Decision>) -> Routed {
-    let Some(contract) = decision.and_then(|d| d.contract.as_ref()) else {
-        return routed;
-    };
-    if let Action::Forward(forward) = &mut routed.action {
-        if let Ok(serde_json::Value::Object(mut object)) =
-            serde_json::from_slice::<serde_json::Value>(&forward.body)
-        {
-            contract::instruct(&mut object, &contract.shape);
-            forward.body = serde_json::Value::Object(object).to_string().into_bytes();
-        }
-        forward.contract = Some(contract.clone());
-    }
-    routed
-}
-
 fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
     trace.model = Some(model.name.clone());
     trace.provider_model = Some(model.provider_model.clone());

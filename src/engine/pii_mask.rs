@@ -71,7 +71,7 @@ impl Masker {
         self.pairs.is_empty()
     }
 
-    /// The placeholders, comma-separated (`[EMAIL_1] [PHONE_1]`), for the trace.
+    /// The placeholders, space-separated (`[EMAIL_1] [PHONE_1]`), for the trace.
     pub fn label(&self) -> String {
         let names: Vec<&str> = self.pairs.iter().map(|(p, _)| p.as_str()).collect();
         names.join(" ")

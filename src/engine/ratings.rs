@@ -5,10 +5,11 @@
 //! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
 //! the request (502).
 
-use super::contract::{content, enforce};
+use super::contract::enforce;
 use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Reply, RouteError, Trace};
 use crate::config::{Decision, OnViolation, RatingsLooper, Snapshot};
+use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use crate::selection::ELO_START;
@@ -30,13 +31,7 @@ pub(super) async fn ratings_ensemble(
         .iter()
         .map(|candidate| {
             let model = &snapshot.models[candidate.model];
-            let body = sub_request_body(
-                request,
-                &model.provider_model,
-                looper.max_tokens,
-                false,
-                decision.contract.as_ref(),
-            );
+            let body = sub_request_body(request, &model.provider_model, looper.max_tokens, false);
             (candidate.model, model.name.clone(), body)
         })
         .collect();
@@ -104,7 +99,7 @@ pub(super) async fn ratings_ensemble(
     // do not, and a best answer that breaks it gets its one repair.
     answers.sort_by(|a, b| b.0.total_cmp(&a.0));
     if let Some(contract) = &decision.contract {
-        let keeps = |body: &serde_json::Value| contract.shape.check(content(body)).is_ok();
+        let keeps = |body: &serde_json::Value| contract.shape.check(reply_text(body)).is_ok();
         answers.sort_by_key(|(_, _, body)| !keeps(body));
     }
     let Some((_, model, mut body)) = answers.into_iter().next() else {

@@ -8,6 +8,7 @@
 use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
 use super::{Forward, Reply, RouteError, Trace};
 use crate::config::{Decision, Model, RemomLooper, Snapshot};
+use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use serde_json::{json, Value};
@@ -53,11 +54,7 @@ pub(super) async fn panel(
     trace: &mut Trace,
 ) -> Result<(Vec<Answer>, LooperTrace), RouteError> {
     let started = std::time::Instant::now();
-    let schedule = if looper.breadth.is_empty() {
-        vec![looper.panel.len() * looper.samples]
-    } else {
-        looper.breadth.clone()
-    };
+    let schedule = &looper.rounds;
     let mut record = LooperTrace::new(kind);
     let mut answers: Vec<Answer> = Vec::new();
     for (round, &width) in schedule.iter().enumerate() {
@@ -81,10 +78,7 @@ pub(super) async fn panel(
                 Ok(reply) => {
                     add_usage(&mut record, model, &reply.body);
                     let measured = confidence(&reply.body, Measure::AvgLogprob);
-                    let text = reply.body["choices"][0]["message"]["content"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
+                    let text = reply_text(&reply.body).to_owned();
                     record.steps.push(Step {
                         model: label(&model.name),
                         outcome: "answered".to_owned(),
@@ -130,10 +124,9 @@ pub(super) async fn panel(
     Ok((answers, record))
 }
 
-/// The calls of one round: `width` calls spread over the panel in turn (or `samples` per model
-/// in a single round), each with its own `seed` (round × 1000 + call) when a model is asked more
-/// than once or the round is not the first; from the
-/// second round on, the previous round's answers are added as a system message.
+/// The calls of one round: `width` calls spread over the panel in turn, each with its own `seed`
+/// (round × 1000 + call) when a model is asked more than once or the round is not the first;
+/// from the second round on, the previous round's answers are added as a system message.
 fn round_calls(
     snapshot: &Snapshot,
     decision: &Decision,
@@ -153,7 +146,6 @@ fn round_calls(
                 &model.provider_model,
                 looper.max_tokens,
                 false,
-                None,
             ))
             .unwrap_or(Value::Null);
             if repeated || round > 0 {
@@ -183,15 +175,7 @@ pub(super) fn evidence(answers: &[Answer]) -> String {
     let listed: Vec<String> = answers
         .iter()
         .enumerate()
-        .map(|(i, (_, model, body))| {
-            format!(
-                "[{}] {model}:\n{}",
-                i + 1,
-                body["choices"][0]["message"]["content"]
-                    .as_str()
-                    .unwrap_or_default()
-            )
-        })
+        .map(|(i, (_, model, body))| format!("[{}] {model}:\n{}", i + 1, reply_text(body)))
         .collect();
     listed.join("\n\n")
 }

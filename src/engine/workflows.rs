@@ -9,6 +9,7 @@ use super::looper::{add_usage, answer, fan_out, LooperTrace, Step};
 use super::remom::{briefed, Synthesis};
 use super::{RouteError, Trace};
 use crate::config::{Decision, Model, OnCallError, Snapshot, WorkflowsLooper};
+use crate::llm::chat::reply_text;
 use crate::llm::contract::json_in;
 use crate::llm::{ChatRequest, LlmClient};
 use serde_json::{json, Value};
@@ -179,7 +180,7 @@ async fn plan(
         };
         add_usage(record, planner, &reply.body);
         let latency_ms = reply.latency.as_secs_f64() * 1000.0;
-        let text = super::contract::content(&reply.body).to_owned();
+        let text = reply_text(&reply.body).to_owned();
         match validate(&text, workers, looper.max_steps) {
             Ok(plan) => {
                 let outcome = if attempt == 0 {
@@ -341,7 +342,7 @@ async fn run_steps(
             match result {
                 Ok(reply) => {
                     add_usage(record, worker, &reply.body);
-                    let text = super::contract::content(&reply.body).to_owned();
+                    let text = reply_text(&reply.body).to_owned();
                     let latency_ms = reply.latency.as_secs_f64() * 1000.0;
                     record
                         .steps
@@ -466,7 +467,7 @@ async fn verify(
     };
     add_usage(record, verifier, &reply.body);
     let latency_ms = reply.latency.as_secs_f64() * 1000.0;
-    let text = super::contract::content(&reply.body).trim().to_owned();
+    let text = reply_text(&reply.body).trim().to_owned();
     let structured = json_in(&text).filter(|v| v["ok"].is_boolean());
     let (outcome, verdict) = match structured {
         Some(v) => {

@@ -259,17 +259,18 @@ pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResp
     }
 }
 
-/// A checked response body: `x-mom-contract` (and content-length when the body is replaced),
-/// the replacement body when there is one, and the metadata with the check's outcome. Headers
-/// only apply while Envoy holds them (a BUFFERED body); a streamed body gets the metadata only.
+/// A response body mom-router read: the replacement body when there is one (with its
+/// content-length while Envoy holds the headers, a BUFFERED body), and — given the trace of a
+/// finished contract check — `x-mom-contract` (held headers only) and the metadata with the
+/// outcome.
 pub fn checked_response_body(
-    trace: &Trace,
+    checked: Option<&Trace>,
     body: Option<Vec<u8>>,
     held: bool,
 ) -> ProcessingResponse {
     let mut set_headers = Vec::new();
     if held {
-        if let Some(contract) = trace.contract_label() {
+        if let Some(contract) = checked.and_then(Trace::contract_label) {
             set_headers.push(set_header("x-mom-contract", &contract));
         }
         if let Some(body) = &body {
@@ -290,7 +291,7 @@ pub fn checked_response_body(
         response: Some(Response::ResponseBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: Some(metadata(trace, "upstream")),
+        dynamic_metadata: checked.map(|trace| metadata(trace, "upstream")),
         ..Default::default()
     }
 }

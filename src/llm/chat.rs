@@ -249,6 +249,13 @@ fn parse_parts(index: usize, parts: &[Value]) -> Result<(String, bool), RequestE
     Ok((text, has_image))
 }
 
+/// The text of a chat completion's first choice (empty when it has none).
+pub fn reply_text(reply: &Value) -> &str {
+    reply["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,16 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
 }
 
+impl Usage {
+    /// Prompt and completion tokens, 0 where unreported.
+    pub fn counted(self) -> (u64, u64) {
+        (
+            self.prompt_tokens.unwrap_or(0),
+            self.completion_tokens.unwrap_or(0),
+        )
+    }
+}
+
 /// Reads usage from response body chunks.
 #[derive(Debug)]
 pub struct UsageScanner {
@@ -104,7 +114,8 @@ impl UsageScanner {
     }
 }
 
-fn usage_of(reply: &Value) -> Usage {
+/// The `usage` a JSON chat completion reports.
+pub fn usage_of(reply: &Value) -> Usage {
     Usage {
         prompt_tokens: reply["usage"]["prompt_tokens"].as_u64(),
         completion_tokens: reply["usage"]["completion_tokens"].as_u64(),

@@ -3,6 +3,7 @@
 //! bounds for IPv4, a parse for IPv6), so digits that merely look like an identifier do not count.
 
 use regex::Regex;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 /// The entity types the validated detectors find.
@@ -138,101 +139,70 @@ fn ssn_valid(area: &str, group: &str, serial: &str) -> bool {
 
 /// Every validated entity kind found in `text`, each once, in [`PiiKind::ALL`] order.
 pub fn find(text: &str) -> Vec<PiiKind> {
-    let Some(d) = detectors() else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    if text.contains('@') && d.email.is_match(text) {
-        found.push(PiiKind::Email);
-    }
-    // Every other kind needs several digits (or, for IPv6, colons): skip the scans otherwise.
-    let digit_count = text.bytes().filter(u8::is_ascii_digit).count();
-    if digit_count < 4 && !text.contains(':') {
-        return found;
-    }
-    let card = d.card.find_iter(text).any(|m| luhn(m.as_str()));
-    let phone = d.phone.find_iter(text).any(|m| {
-        let n = digits(m.as_str()).len();
-        (10..=15).contains(&n) && !luhn(m.as_str())
-    });
-    if phone {
-        found.push(PiiKind::Phone);
-    }
-    if card {
-        found.push(PiiKind::CreditCard);
-    }
-    if d.iban.find_iter(text).any(|m| iban_valid(m.as_str())) {
-        found.push(PiiKind::Iban);
-    }
-    let ssn = d
-        .ssn
-        .captures_iter(text)
-        .any(|c| ssn_valid(&c[1], &c[2], &c[3]));
-    if ssn {
-        found.push(PiiKind::UsSsn);
-    }
-    let ipv4 = d
-        .ipv4
-        .find_iter(text)
-        .any(|m| m.as_str().parse::<std::net::Ipv4Addr>().is_ok());
-    let ipv6 = d.ipv6.find_iter(text).any(|m| {
-        m.as_str().matches(':').count() >= 2 && m.as_str().parse::<std::net::Ipv6Addr>().is_ok()
-    });
-    if ipv4 || ipv6 {
-        found.push(PiiKind::IpAddress);
-    }
-    found
+    let found = matches(text);
+    PiiKind::ALL
+        .into_iter()
+        .filter(|kind| found.iter().any(|(k, _)| k == kind))
+        .collect()
 }
 
 /// Every validated entity in `text` with its byte range, in text order, overlaps resolved in
 /// favour of the earlier (then longer) match — what masking replaces.
-pub fn spans(text: &str) -> Vec<(PiiKind, std::ops::Range<usize>)> {
-    let Some(d) = detectors() else {
-        return Vec::new();
-    };
-    let mut found: Vec<(PiiKind, std::ops::Range<usize>)> = Vec::new();
-    if text.contains('@') {
-        found.extend(d.email.find_iter(text).map(|m| (PiiKind::Email, m.range())));
-    }
-    let digit_count = text.bytes().filter(u8::is_ascii_digit).count();
-    if digit_count >= 4 || text.contains(':') {
-        for m in d.card.find_iter(text).filter(|m| luhn(m.as_str())) {
-            found.push((PiiKind::CreditCard, m.range()));
-        }
-        for m in d.phone.find_iter(text) {
-            let n = digits(m.as_str()).len();
-            if (10..=15).contains(&n) && !luhn(m.as_str()) {
-                found.push((PiiKind::Phone, m.range()));
-            }
-        }
-        for m in d.iban.find_iter(text).filter(|m| iban_valid(m.as_str())) {
-            found.push((PiiKind::Iban, m.range()));
-        }
-        for c in d.ssn.captures_iter(text) {
-            if let (true, Some(whole)) = (ssn_valid(&c[1], &c[2], &c[3]), c.get(0)) {
-                found.push((PiiKind::UsSsn, whole.range()));
-            }
-        }
-        for m in d.ipv4.find_iter(text) {
-            if m.as_str().parse::<std::net::Ipv4Addr>().is_ok() {
-                found.push((PiiKind::IpAddress, m.range()));
-            }
-        }
-        for m in d.ipv6.find_iter(text) {
-            let s = m.as_str();
-            if s.matches(':').count() >= 2 && s.parse::<std::net::Ipv6Addr>().is_ok() {
-                found.push((PiiKind::IpAddress, m.range()));
-            }
-        }
-    }
+pub fn spans(text: &str) -> Vec<(PiiKind, Range<usize>)> {
+    let mut found = matches(text);
     found.sort_by(|a, b| a.1.start.cmp(&b.1.start).then(b.1.end.cmp(&a.1.end)));
-    let mut kept: Vec<(PiiKind, std::ops::Range<usize>)> = Vec::new();
+    let mut kept: Vec<(PiiKind, Range<usize>)> = Vec::new();
     for (kind, range) in found {
         if kept.last().is_none_or(|(_, last)| range.start >= last.end) {
             kept.push((kind, range));
         }
     }
     kept
+}
+
+/// Every validated match of every detector, overlaps kept.
+fn matches(text: &str) -> Vec<(PiiKind, Range<usize>)> {
+    let Some(d) = detectors() else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PiiKind, Range<usize>)> = Vec::new();
+    if text.contains('@') {
+        found.extend(d.email.find_iter(text).map(|m| (PiiKind::Email, m.range())));
+    }
+    // Every other kind needs several digits (or, for IPv6, colons): skip the scans otherwise.
+    let digit_count = text.bytes().filter(u8::is_ascii_digit).count();
+    if digit_count < 4 && !text.contains(':') {
+        return found;
+    }
+    for m in d.card.find_iter(text).filter(|m| luhn(m.as_str())) {
+        found.push((PiiKind::CreditCard, m.range()));
+    }
+    for m in d.phone.find_iter(text) {
+        let n = digits(m.as_str()).len();
+        if (10..=15).contains(&n) && !luhn(m.as_str()) {
+            found.push((PiiKind::Phone, m.range()));
+        }
+    }
+    for m in d.iban.find_iter(text).filter(|m| iban_valid(m.as_str())) {
+        found.push((PiiKind::Iban, m.range()));
+    }
+    for c in d.ssn.captures_iter(text) {
+        if let (true, Some(whole)) = (ssn_valid(&c[1], &c[2], &c[3]), c.get(0)) {
+            found.push((PiiKind::UsSsn, whole.range()));
+        }
+    }
+    for m in d.ipv4.find_iter(text) {
+        if m.as_str().parse::<std::net::Ipv4Addr>().is_ok() {
+            found.push((PiiKind::IpAddress, m.range()));
+        }
+    }
+    for m in d.ipv6.find_iter(text) {
+        let s = m.as_str();
+        if s.matches(':').count() >= 2 && s.parse::<std::net::Ipv6Addr>().is_ok() {
+            found.push((PiiKind::IpAddress, m.range()));
+        }
+    }
+    found
 }
 
 #[cfg(test)]

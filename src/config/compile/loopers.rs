@@ -82,9 +82,8 @@ pub(super) fn compile_looper(
                     judge,
                     panel: RemomLooper {
                         synthesizer: finalizer,
+                        rounds: vec![panel.len()],
                         panel,
-                        samples: 1,
-                        breadth: Vec::new(),
                         max_concurrent: *max_concurrent,
                         min_successes: *min_successes,
                         max_tokens: *max_tokens,
@@ -213,11 +212,12 @@ pub(super) fn compile_looper(
                 );
                 ok = false;
             }
-            let smallest = breadth
-                .iter()
-                .min()
-                .copied()
-                .unwrap_or(panel.len() * samples);
+            let rounds = if breadth.is_empty() {
+                vec![panel.len() * samples]
+            } else {
+                breadth
+            };
+            let smallest = rounds.iter().min().copied().unwrap_or(0);
             if smallest > 0 && *min_successes > smallest {
                 errors.push(
                     format!("{path}.minSuccesses"),
@@ -231,8 +231,7 @@ pub(super) fn compile_looper(
                 Looper::Remom(RemomLooper {
                     synthesizer: synthesizer_index,
                     panel,
-                    samples: *samples,
-                    breadth,
+                    rounds,
                     max_concurrent: *max_concurrent,
                     min_successes: *min_successes,
                     max_tokens: *max_tokens,

@@ -4,9 +4,10 @@
 //! streamed one reported.
 
 use super::{StreamState, MAX_COLLECTED, REPAIR_DEADLINE};
-use crate::engine::contract::{content, enforce};
+use crate::engine::contract::enforce;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
+use crate::llm::chat::reply_text;
 use crate::observability::metrics::ContractLabels;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use serde_json::Value;
@@ -30,7 +31,7 @@ impl StreamState {
         }
         // Placeholders stand in for masked values: the check reads what the model wrote.
         let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
-        contract.shape.check(content(&body)).is_err()
+        contract.shape.check(reply_text(&body)).is_err()
     }
 
     /// Repairs a buffered answer that broke its contract: one call to the same model through
@@ -88,7 +89,7 @@ impl StreamState {
                     }
                 }
                 let body = restored(enforced.body.to_string().as_bytes());
-                convert::checked_response_body(&trace, Some(body), true)
+                convert::checked_response_body(Some(&trace), Some(body), true)
             }
             (_, Some(reason), crate::config::OnViolation::Fail) => {
                 let error = RouteError::ContractViolated {
@@ -101,7 +102,7 @@ impl StreamState {
             }
             _ => {
                 let body = masker.is_some().then(|| restored(&message.body));
-                convert::checked_response_body(&trace, body, true)
+                convert::checked_response_body(Some(&trace), body, true)
             }
         }
     }
@@ -146,14 +147,14 @@ impl StreamState {
             _ => None,
         };
         let Some((contract, _)) = &forwarded.contract else {
-            return convert::checked_response_body(&forwarded.trace, replaced, held);
+            return convert::checked_response_body(None, replaced, held);
         };
         if !message.end_of_stream {
-            return convert::checked_response_body(&forwarded.trace, replaced, false);
+            return convert::checked_response_body(None, replaced, false);
         }
         let text = if held {
             let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
-            content(&body).to_owned()
+            reply_text(&body).to_owned()
         } else {
             crate::llm::usage::streamed_text(&forwarded.collected)
         };
@@ -166,6 +167,6 @@ impl StreamState {
         forwarded.contract = None;
         let trace = forwarded.trace.clone();
         self.count_contract(&trace);
-        convert::checked_response_body(&trace, replaced, held)
+        convert::checked_response_body(Some(&trace), replaced, held)
     }
 }
