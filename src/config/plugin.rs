@@ -2,7 +2,7 @@
 //! made — guards that refuse or reroute, and rewrites of the upstream request.
 
 /// One plugin, ready to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Plugin {
     /// Adds a system prompt.
     SystemPrompt {
@@ -49,6 +49,8 @@ pub enum Plugin {
         /// Tools kept.
         top_k: usize,
     },
+    /// Answers from earlier answers of the same conversation.
+    SemanticCache(CacheRule),
     /// Refuses a request whose pii signal found a blocking type.
     PiiBlock {
         /// Index of the pii signal.
@@ -70,6 +72,7 @@ impl Plugin {
             Self::JailbreakGuard { .. } => "jailbreak_guard",
             Self::PiiBlock { .. } | Self::PiiMask { .. } => "pii",
             Self::ToolSelection { .. } => "tool_selection",
+            Self::SemanticCache(_) => "semantic_cache",
         }
     }
 
@@ -82,4 +85,25 @@ impl Plugin {
             _ => None,
         }
     }
+}
+
+/// How the semantic cache plugin looks up and keeps answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheRule {
+    /// Cosine at or above which a stored answer serves a paraphrase (`None`: exact only).
+    pub threshold: Option<f32>,
+    /// How long an answer is kept.
+    pub ttl: std::time::Duration,
+    /// Answers are kept in Redis too, for every replica.
+    pub shared: bool,
+    /// Request headers (lower-case) whose values partition answers.
+    pub scope_headers: Vec<String>,
+    /// How long an identical request waits for one already upstream.
+    pub wait: std::time::Duration,
+}
+
+impl CacheRule {
+    /// Longest wait for an identical request in flight that fits Envoy's default message timeout
+    /// (2 s in `envoy/quickstart.yaml`); a longer wait asks Envoy for more time on every request.
+    pub const UNEXTENDED_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 }

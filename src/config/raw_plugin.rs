@@ -56,6 +56,24 @@ pub enum RawPlugin {
         /// Tools kept.
         top_k: usize,
     },
+    /// Answers a request from earlier answers: the same conversation asked again (exact), or
+    /// its last user message in other words (`threshold`: embedding cosine), never across
+    /// different system prompts, history, tools, parameters, identity, model or scope.
+    SemanticCache {
+        /// Cosine at or above which a stored answer serves a paraphrase; exact matches only when
+        /// absent.
+        threshold: Option<f64>,
+        /// How long an answer is kept; default 600.
+        ttl_seconds: Option<u64>,
+        /// Also keep answers in Redis for every replica (needs `state.backend: redis`).
+        #[serde(default)]
+        shared: bool,
+        /// Request headers whose values scope answers (tenant, user); default `x-tenant-id`,
+        /// `x-user-id`.
+        scope_headers: Option<Vec<String>>,
+        /// How long an identical request waits for one already upstream; default 1000.
+        wait_ms: Option<u64>,
+    },
     /// Blocks a request carrying personal data, naming the types found (never the values), or
     /// masks the values before any model sees them and restores them in the answer.
     Pii {

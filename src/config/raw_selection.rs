@@ -175,6 +175,8 @@ pub struct RawState {
     pub max_runs: Option<u64>,
     /// Seconds a session pin lives after its last turn (default 3600).
     pub session_ttl_seconds: Option<u64>,
+    /// Answers the semantic cache keeps in this process (default 10000).
+    pub cache_entries: Option<u64>,
 }
 
 /// Session continuity: requests carrying a session header stay on the model that served the

@@ -399,8 +399,9 @@ pub struct Snapshot {
     pub decisions: Vec<Decision>,
     /// The shared sentence encoder, when `inference.encoder` is configured.
     pub encoder: Option<Arc<EncoderHandle>>,
-    /// The longest looper deadline of any decision, when some decision runs a looper: the body
-    /// phase then first asks Envoy for that much time.
+    /// The longest looper deadline of any decision (or cache wait past what Envoy's default
+    /// message timeout allows), when there is one: the body phase then first asks Envoy for that
+    /// much time.
     pub looper_budget: Option<std::time::Duration>,
     /// Whether some decision's algorithm reads response latency or token counts: forwarded
     /// responses are then observed to their end.

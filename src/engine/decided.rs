@@ -2,12 +2,14 @@
 //! change the request), then the decision's recipe or its single model (with session
 //! continuity), then the output contract and header edits bound to the forwarded request.
 
+use super::cache::{self, CacheTicket, Consulted};
 use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
 use super::{contract, forward, recipe, refusal, session, tools};
 use super::{Action, LooperTrace, Routed, Services, Trace};
-use crate::config::{Contract, Decision, Identity, Snapshot};
+use crate::config::{Contract, Decision, Identity, Plugin, Snapshot};
 use crate::llm::{ChatRequest, Headers};
+use crate::state::StateStore;
 use std::sync::Arc;
 
 /// What the decision phase settled.
@@ -44,6 +46,15 @@ pub(super) async fn carry_out(
     let mut edits = HeaderEdits::default();
     let decision_plugins = decision.map_or(&[][..], |d| d.plugins.as_slice());
     let plugins = identity.plugins.iter().chain(decision_plugins);
+    // The cache keys the client's request as sent, before any plugin rewrites it.
+    let cache_rule = plugins.clone().find_map(|p| match p {
+        Plugin::SemanticCache(rule) => Some(rule),
+        _ => None,
+    });
+    let model_name = &snapshot.models[chosen].name;
+    let cache_key =
+        cache_rule.map(|rule| cache::key(rule, &trace, model_name, headers, &request));
+    let stream = request.stream;
     let applied = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
         Ok(applied) => applied,
         Err(error) => {
@@ -61,6 +72,7 @@ pub(super) async fn carry_out(
         let action = tools::select(snapshot, &mut request, query, top_k).await;
         trace.plugins.push(("tool_selection", action));
     }
+    let mut kept = None;
     let routed = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(
@@ -69,6 +81,24 @@ pub(super) async fn carry_out(
         );
         forward(trace, request, &snapshot.models[model])
     } else {
+        if let (Some(rule), Some(key)) = (cache_rule, cache_key) {
+            let query = query.clone();
+            match cache::consult(state, rule, key, query, headers, stream).await {
+                Consulted::Hit(reply, action) => {
+                    trace.plugins.push((cache::PLUGIN, action));
+                    trace.model = Some(model_name.clone());
+                    trace.provider_model = Some(snapshot.models[chosen].provider_model.clone());
+                    return Routed {
+                        action: Action::Respond(reply),
+                        trace,
+                    };
+                }
+                Consulted::Miss(ticket, action) => {
+                    trace.plugins.push((cache::PLUGIN, action));
+                    kept = ticket;
+                }
+            }
+        }
         // The contract's instruction joins the request once: every later call — tentative,
         // panel, synthesis, escalation, a plain forward — carries it.
         let contract = decision.and_then(|d| d.contract.as_ref());
@@ -94,7 +124,7 @@ pub(super) async fn carry_out(
         };
         bind_contract(routed, contract)
     };
-    finish(routed, edits, applied.masker)
+    finish(routed, edits, applied.masker, kept, state, stream)
 }
 
 /// A forwarded request of a decision with an output contract carries the contract for the
@@ -106,19 +136,32 @@ fn bind_contract(mut routed: Routed, contract: Option<&Contract>) -> Routed {
     routed
 }
 
-/// Binds the header edits to a forwarded request, and the masked placeholders to its response
-/// (a reply already in hand gets its values back now).
-fn finish(mut routed: Routed, edits: HeaderEdits, masker: Option<Arc<Masker>>) -> Routed {
+/// Binds the header edits to a forwarded request, and the masked placeholders and cache ticket
+/// to its response (a reply already in hand gets its values back, and is kept, now).
+fn finish(
+    mut routed: Routed,
+    edits: HeaderEdits,
+    masker: Option<Arc<Masker>>,
+    ticket: Option<Arc<CacheTicket>>,
+    state: &StateStore,
+    stream: bool,
+) -> Routed {
     match &mut routed.action {
         Action::Forward(forward) => {
             forward.headers = edits;
             forward.masker = masker;
+            forward.cache = ticket;
         }
-        Action::Respond(reply) => {
-            if let (Some(masker), "ok") = (masker, reply.code) {
+        Action::Respond(reply) if reply.code == "ok" => {
+            if let Some(masker) = masker {
                 reply.body = masker.restore_body(&reply.body);
             }
+            let answer = cache::keepable(&reply.body, stream);
+            if let (Some(ticket), Some(answer)) = (ticket, answer) {
+                cache::keep(state, &ticket, answer);
+            }
         }
+        Action::Respond(_) => {}
     }
     routed
 }

@@ -290,52 +290,6 @@ pub(super) fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Rep
         "completion_tokens": record.usage.1,
         "total_tokens": record.usage.0 + record.usage.1,
     });
-    body["usage"] = usage.clone();
-    if !stream {
-        return Reply {
-            status: 200,
-            body: body.to_string().into_bytes(),
-            headers: Vec::new(),
-            code: "ok",
-        };
-    }
-    let message = &body["choices"][0]["message"];
-    let chunk = |delta: Value, finish: Value, usage: Option<&Value>| {
-        let mut chunk = json!({
-            "id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
-            "model": body["model"],
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if let Some(usage) = usage {
-            chunk["usage"] = usage.clone();
-        }
-        format!("data: {chunk}\n\n")
-    };
-    let finish = body["choices"][0]["finish_reason"].clone();
-    let events = [
-        chunk(
-            json!({"role": "assistant", "content": message["content"]}),
-            Value::Null,
-            None,
-        ),
-        chunk(
-            json!({}),
-            if finish.is_null() {
-                json!("stop")
-            } else {
-                finish
-            },
-            Some(&usage),
-        ),
-        "data: [DONE]\n\n".to_owned(),
-    ];
-    Reply {
-        status: 200,
-        body: events.concat().into_bytes(),
-        headers: vec![
-            ("content-type".to_owned(), "text/event-stream".to_owned()),
-            ("cache-control".to_owned(), "no-cache".to_owned()),
-        ],
-        code: "ok",
-    }
+    body["usage"] = usage;
+    Reply::completion(&body, stream)
 }

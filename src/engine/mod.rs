@@ -3,6 +3,7 @@
 //! (parse → signals → decision → selection → action). The only await is the shared encoder's
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
+pub mod cache;
 pub mod contract;
 mod decided;
 mod error;
@@ -50,6 +51,30 @@ pub struct Reply {
     pub code: &'static str,
 }
 
+impl Reply {
+    /// A chat completion mom-router answers with itself: JSON, or server-sent events when the
+    /// client asked to stream.
+    pub fn completion(body: &serde_json::Value, stream: bool) -> Self {
+        if !stream {
+            return Self {
+                status: 200,
+                body: body.to_string().into_bytes(),
+                headers: Vec::new(),
+                code: "ok",
+            };
+        }
+        Self {
+            status: 200,
+            body: crate::llm::sse::events(body),
+            headers: vec![
+                ("content-type".to_owned(), "text/event-stream".to_owned()),
+                ("cache-control".to_owned(), "no-cache".to_owned()),
+            ],
+            code: "ok",
+        }
+    }
+}
+
 /// The upstream request mom-router hands back to Envoy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forward {
@@ -73,6 +98,8 @@ pub struct Forward {
     pub headers: plugins::HeaderEdits,
     /// Personal data masked in the request, restored in the response.
     pub masker: Option<Arc<pii_mask::Masker>>,
+    /// Where the semantic cache keeps a complete 2xx answer.
+    pub cache: Option<Arc<cache::CacheTicket>>,
 }
 
 /// What happens to the request.
@@ -458,6 +485,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             contract: None,
             headers: plugins::HeaderEdits::default(),
             masker: None,
+            cache: None,
         }),
         trace,
     }

@@ -116,7 +116,8 @@ pub(super) fn apply<'p>(
                     }
                 }
             }
-            Plugin::ToolSelection { .. } => continue,
+            // Run by the caller: tool selection needs the encoder, the cache the state.
+            Plugin::ToolSelection { .. } | Plugin::SemanticCache(_) => continue,
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
                 if *replace { "replaced" } else { "inserted" }.to_owned()

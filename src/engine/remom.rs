@@ -238,5 +238,6 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         contract: None,
         headers: super::HeaderEdits::default(),
         masker: None,
+        cache: None,
     }
 }

@@ -77,6 +77,10 @@ struct Forwarded {
     masker: Option<Arc<crate::engine::pii_mask::Masker>>,
     /// The stream's restorer, once the response streams.
     restorer: Option<crate::engine::pii_mask::SseRestorer>,
+    /// Where the semantic cache keeps the answer, while it may still be kept.
+    cache: Option<Arc<crate::engine::cache::CacheTicket>>,
+    /// The answer as the client received it, collected for the cache.
+    answer: Vec<u8>,
 }
 
 impl StreamState {
@@ -177,7 +181,7 @@ impl StreamState {
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
         let Routed { action, mut trace } = routed;
         for (plugin, action) in &trace.plugins {
-            let outcome = ["passed", "blocked", "rerouted"]
+            let outcome = ["passed", "blocked", "rerouted", "hit", "miss", "bypassed"]
                 .into_iter()
                 .find(|o| action.starts_with(o))
                 .unwrap_or("applied");
@@ -225,6 +229,7 @@ impl StreamState {
                 let fallback = forward.fallback.take();
                 let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
                 let masker = forward.masker.take();
+                let cache = forward.cache.take();
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -241,6 +246,8 @@ impl StreamState {
                     collected: Vec::new(),
                     masker,
                     restorer: None,
+                    cache,
+                    answer: Vec::new(),
                 });
                 response
             }
@@ -284,6 +291,10 @@ impl StreamState {
             })
             .inc();
         let success = status.starts_with('2');
+        if !success || message.end_of_stream {
+            // Only a complete 2xx answer is kept; waiting identical requests go upstream.
+            forwarded.cache = None;
+        }
         if !success {
             if let Some(fallback) = forwarded.fallback.take() {
                 // The synthesis failed: answer with the best evidence instead.
@@ -301,8 +312,10 @@ impl StreamState {
             );
         }
         let checked = forwarded.contract.is_some() || forwarded.masker.is_some();
-        let watch_body =
-            success && !message.end_of_stream && (forwarded.stream || observe || checked);
+        let keeps = forwarded.cache.is_some();
+        let watch_body = success
+            && !message.end_of_stream
+            && (forwarded.stream || observe || checked || keeps);
         if watch_body && observe {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }

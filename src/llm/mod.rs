@@ -8,6 +8,7 @@ pub mod contract;
 pub mod error_body;
 pub mod headers;
 pub mod logprobs;
+pub mod sse;
 pub mod usage;
 
 pub use chat::{ChatRequest, Message, RequestError};

@@ -8,11 +8,13 @@
 //! to Redis (in the background, never on the request path) and a refresher replaces the local
 //! copy with Redis's merged view, so every replica reads what all of them learned.
 
+mod cache;
 mod outcome;
 mod redis;
 mod stats;
 mod window;
 
+pub use cache::{CacheKey, Flight, FlightGuard, Found, Kept};
 pub use outcome::{Outcome, OutcomeError};
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
@@ -67,6 +69,8 @@ pub struct Settings {
     pub max_runs: u64,
     /// How long a session pin lives after its last turn.
     pub session_ttl: Duration,
+    /// Answers the semantic cache keeps in this process.
+    pub cache_entries: u64,
 }
 
 impl Default for Settings {
@@ -79,6 +83,7 @@ impl Default for Settings {
             run_ttl: Duration::from_secs(3600),
             max_runs: 100_000,
             session_ttl: Duration::from_secs(3600),
+            cache_entries: 10_000,
         }
     }
 }
@@ -117,6 +122,7 @@ pub struct StateStore {
     stats: Mutex<Stats>,
     runs: moka::sync::Cache<String, Run>,
     pins: moka::sync::Cache<String, Pin>,
+    answers: cache::LocalAnswers,
     redis: Option<RedisTier>,
 }
 
@@ -140,6 +146,7 @@ impl StateStore {
             .time_to_idle(settings.session_ttl)
             .build();
         Self {
+            answers: cache::LocalAnswers::new(settings.cache_entries),
             settings,
             stats: Mutex::new(Stats::default()),
             runs,
@@ -274,6 +281,43 @@ impl StateStore {
             redis.store_pin(key, &pin, self.settings.session_ttl).await;
         }
         self.pins.insert(key.to_owned(), pin);
+    }
+
+    /// The semantic cache's answer for `key`: this process's, or (`shared`) any replica's
+    /// from Redis, which this process then keeps too. By meaning (`query` at or above
+    /// `threshold`) within the key's partition when there is no exact answer.
+    pub async fn find_answer(
+        &self,
+        key: &CacheKey,
+        query: Option<&[f32]>,
+        threshold: Option<f32>,
+        shared: bool,
+    ) -> Option<Found> {
+        if let Some(found) = self.answers.find(key, query, threshold) {
+            return Some(found);
+        }
+        let redis = self.redis.as_ref().filter(|_| shared)?;
+        let (found, exact, kept) = redis.find_answer(key, query, threshold).await?;
+        let own = CacheKey {
+            partition: key.partition.clone(),
+            exact,
+        };
+        self.answers.keep(&own, Arc::new(kept));
+        Some(found)
+    }
+
+    /// Keeps an answer here and, when `shared`, in Redis (in the background).
+    pub fn keep_answer(&self, key: &CacheKey, kept: Kept, shared: bool) {
+        let kept = Arc::new(kept);
+        if let Some(redis) = self.redis.as_ref().filter(|_| shared) {
+            redis.queue(Write::Answer(key.clone(), Arc::clone(&kept)));
+        }
+        self.answers.keep(key, kept);
+    }
+
+    /// Leads the flight of requests for `exact` on this replica, or joins it.
+    pub fn answer_flight(&self, exact: &str) -> Flight {
+        self.answers.flight(exact)
     }
 
     /// Credits an outcome to the run `id`; returns the run it was credited to.

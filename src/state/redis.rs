@@ -17,7 +17,11 @@
 //! - `P:pin:IDENTITY␟SESSION`: `MODEL␟TURNS`, expiring after the session TTL. Pins are read
 //!   on the request path (one GET, bounded by the timeout) so a session keeps its model on
 //!   whichever replica its next turn lands.
+//! - `P:answer:…` and `P:answers:…`: the semantic cache's answers (see `cache`).
 
+mod cache;
+
+use super::cache::{CacheKey, Kept};
 use super::stats::{Posterior, Stats, TokenSums};
 use super::{Observation, Outcome, Pin, RedisSettings, Run, Timing};
 use crate::observability::metrics::StateLabels;
@@ -44,6 +48,7 @@ pub(super) enum Write {
         elo_k: f64,
     },
     Run(String, Run, Duration),
+    Answer(CacheKey, std::sync::Arc<Kept>),
 }
 
 /// Queued writes beyond this are dropped (and counted): Redis is too slow or gone.
@@ -201,6 +206,7 @@ impl RedisTier {
                     .set_ex::<_, _, ()>(self.key(&format!("run:{id}")), value, ttl.as_secs().max(1))
                     .await
             }
+            Write::Answer(key, kept) => self.write_answer(&key, &kept).await,
         }
     }
 

@@ -186,14 +186,21 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         let words = words.clone();
         let model = model.clone();
         async move {
-            if i > words.len() {
+            if i > words.len() + 1 {
                 return None;
             }
             if i > 0 {
                 tokio::time::sleep(pause).await;
             }
-            let frame = if i == words.len() {
+            let frame = if i == words.len() + 1 {
                 "data: [DONE]\n\n".to_owned()
+            } else if i == words.len() {
+                let chunk = json!({
+                    "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                });
+                format!("data: {chunk}\n\n")
             } else {
                 let chunk = json!({
                     "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,

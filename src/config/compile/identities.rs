@@ -206,17 +206,20 @@ fn compile_identity(
         .filter_map(|&d| tables.decisions.get(d)?.as_ref())
         .chain(fallback_decision)
         .any(|d| d.algorithm.needs_embedding());
-    // Tool selection compares tools with the last user message's embedding.
-    let selects_tools = |plugins: &[Plugin]| {
-        plugins
-            .iter()
-            .any(|p| matches!(p, Plugin::ToolSelection { .. }))
+    // Tool selection and a semantic cache lookup compare with the last user message's
+    // embedding.
+    let reads_query = |plugins: &[Plugin]| {
+        plugins.iter().any(|p| match p {
+            Plugin::ToolSelection { .. } => true,
+            Plugin::SemanticCache(rule) => rule.threshold.is_some(),
+            _ => false,
+        })
     };
-    needs.embedding |= selects_tools(&plugins)
+    needs.embedding |= reads_query(&plugins)
         || selected
             .iter()
             .filter_map(|&d| tables.decisions.get(d)?.as_ref())
-            .any(|d| selects_tools(&d.plugins));
+            .any(|d| reads_query(&d.plugins));
     let contract = contract_hash(identity, &selected, &signals, &eligible, tables);
     let fallback = fallback?;
     ok.then(|| Identity {

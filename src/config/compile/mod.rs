@@ -32,6 +32,36 @@ pub const DEFAULT_INTERNAL_URL: &str = "http://127.0.0.1:10001";
 /// Default request body limit (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
 
+/// A cache plugin shared through Redis needs the Redis state backend (its connection).
+fn check_shared_caches(raw: &RawConfig, errors: &mut Errors) {
+    let redis = raw
+        .state
+        .as_ref()
+        .is_some_and(|s| s.backend == crate::config::raw::RawStateBackend::Redis);
+    if redis {
+        return;
+    }
+    let plugins = raw
+        .decisions
+        .iter()
+        .map(|(i, d)| (format!("decisions[{i}]"), &d.plugins))
+        .chain(
+            raw.identities
+                .iter()
+                .map(|(i, d)| (format!("identities[{i}]"), &d.plugins)),
+        );
+    for (path, plugins) in plugins {
+        for (j, plugin) in plugins.iter().enumerate() {
+            if let crate::config::raw::RawPlugin::SemanticCache { shared: true, .. } = plugin {
+                errors.push(
+                    format!("{path}.plugins[{j}].shared"),
+                    "a shared cache keeps answers in Redis; set state.backend: redis with state.redis.url",
+                );
+            }
+        }
+    }
+}
+
 /// Compiles the raw document. `hash` is the hex SHA-256 of the source text; relative paths are
 /// resolved against `base`. Loads (or reuses) the encoder when `inference.encoder` is set.
 pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> Option<Snapshot> {
@@ -115,6 +145,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         },
         errors,
     );
+    check_shared_caches(&raw, errors);
     if raw.identities.is_empty() && errors.is_empty() {
         errors.push(
             "identities",
@@ -151,9 +182,23 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             || identity.bounds.max_cost.is_some()
             || matches!(&identity.fallback, Fallback::Objective(d) if d.algorithm.observes_responses())
     });
+    // A cache wait longer than Envoy's default message timeout allows asks for time too.
+    let cache_waits = decisions
+        .iter()
+        .flat_map(|d| &d.plugins)
+        .chain(identities.iter().flat_map(|(_, i)| &i.plugins))
+        .filter_map(|p| match p {
+            crate::config::Plugin::SemanticCache(rule)
+                if rule.wait > crate::config::CacheRule::UNEXTENDED_WAIT =>
+            {
+                Some(rule.wait)
+            }
+            _ => None,
+        });
     let looper_budget = decisions
         .iter()
         .filter_map(|d| d.looper.as_ref().map(crate::config::Looper::total))
+        .chain(cache_waits)
         .max();
     Some(Snapshot {
         looper_budget,

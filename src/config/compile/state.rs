@@ -23,6 +23,7 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
     positive("runTtlSeconds", raw.run_ttl_seconds);
     positive("maxRuns", raw.max_runs);
     positive("sessionTtlSeconds", raw.session_ttl_seconds);
+    positive("cacheEntries", raw.cache_entries);
     if let Some(redis) = &raw.redis {
         positive("redis.refreshMs", redis.refresh_ms);
         positive("redis.timeoutMs", redis.timeout_ms);
@@ -81,6 +82,7 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
         session_ttl: raw
             .session_ttl_seconds
             .map_or(defaults.session_ttl, Duration::from_secs),
+        cache_entries: raw.cache_entries.unwrap_or(defaults.cache_entries),
     })
 }
 

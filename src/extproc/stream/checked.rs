@@ -1,7 +1,7 @@
 //! The response body of a forwarded request that mom-router must read: personal data masked in
 //! the request is restored (a JSON body whole, a stream event by event), and the answer is
 //! checked against the decision's output contract — a buffered one repaired once when broken, a
-//! streamed one reported.
+//! streamed one reported — and a complete answer is collected for the semantic cache.
 
 use super::{StreamState, MAX_COLLECTED, REPAIR_DEADLINE};
 use crate::engine::contract::enforce;
@@ -89,6 +89,7 @@ impl StreamState {
                     }
                 }
                 let body = restored(enforced.body.to_string().as_bytes());
+                self.collect_answer(true, &body);
                 convert::checked_response_body(Some(&trace), Some(body), true)
             }
             (_, Some(reason), crate::config::OnViolation::Fail) => {
@@ -122,11 +123,51 @@ impl StreamState {
 
     pub(super) fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
         self.observe_body(message);
+        let (response, replaced) = self.check_body(message);
+        let delivered = replaced.as_deref().unwrap_or(&message.body);
+        self.collect_answer(message.end_of_stream, delivered);
+        response
+    }
+
+    /// Collects what the client receives of an answer the cache may keep, and keeps it once the
+    /// response completes (not when it broke its contract, nor past [`MAX_COLLECTED`]).
+    fn collect_answer(&mut self, end_of_stream: bool, delivered: &[u8]) {
         let Some(forwarded) = &mut self.forwarded else {
-            return convert::continue_response_body();
+            return;
+        };
+        if forwarded.cache.is_none() {
+            return;
+        }
+        if forwarded.answer.len() + delivered.len() > MAX_COLLECTED {
+            forwarded.cache = None;
+            forwarded.answer = Vec::new();
+            return;
+        }
+        forwarded.answer.extend_from_slice(delivered);
+        if !end_of_stream {
+            return;
+        }
+        let ticket = forwarded.cache.take();
+        let answer = std::mem::take(&mut forwarded.answer);
+        let violated = forwarded
+            .trace
+            .contract
+            .as_ref()
+            .is_some_and(|(_, outcome)| outcome == "violated");
+        let keepable = crate::engine::cache::keepable(&answer, forwarded.stream);
+        if let (Some(ticket), Some(body), false) = (ticket, keepable, violated) {
+            crate::engine::cache::keep(&self.services.state, &ticket, body);
+        }
+    }
+
+    /// The reply to a response body chunk, and the bytes the client gets instead of the
+    /// upstream's when they differ.
+    fn check_body(&mut self, message: &HttpBody) -> (ProcessingResponse, Option<Vec<u8>>) {
+        let Some(forwarded) = &mut self.forwarded else {
+            return (convert::continue_response_body(), None);
         };
         if forwarded.contract.is_none() && forwarded.masker.is_none() {
-            return convert::continue_response_body();
+            return (convert::continue_response_body(), None);
         }
         let held = forwarded.body_mode == BodyMode::Buffered;
         if !held && forwarded.collected.len() < MAX_COLLECTED && forwarded.contract.is_some() {
@@ -146,11 +187,12 @@ impl StreamState {
             }
             _ => None,
         };
+        let copy = forwarded.cache.is_some().then(|| replaced.clone()).flatten();
         let Some((contract, _)) = &forwarded.contract else {
-            return convert::checked_response_body(None, replaced, held);
+            return (convert::checked_response_body(None, replaced, held), copy);
         };
         if !message.end_of_stream {
-            return convert::checked_response_body(None, replaced, false);
+            return (convert::checked_response_body(None, replaced, false), copy);
         }
         let text = if held {
             let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
@@ -167,6 +209,6 @@ impl StreamState {
         forwarded.contract = None;
         let trace = forwarded.trace.clone();
         self.count_contract(&trace);
-        convert::checked_response_body(Some(&trace), replaced, held)
+        (convert::checked_response_body(Some(&trace), replaced, held), copy)
     }
 }
