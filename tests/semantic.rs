@@ -263,3 +263,47 @@ async fn tool_selection_keeps_the_closest_tools_and_every_tool_already_called() 
     assert_eq!(*plugin, "tool_selection");
     assert_eq!(action, &format!("kept {} of 6 tools", kept.len()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paraphrase_is_answered_from_the_cache_within_its_conversation_only() {
+    let config = semantic_config().replace(
+        "    defaultModel: smollm2-135m\n\nsignals:",
+        "    defaultModel: smollm2-135m\n    plugins: [{type: semantic_cache, threshold: 0.9}]\n\nsignals:",
+    );
+    assert_ne!(config, semantic_config());
+    let stack = Stack::start_with_config(&config).await;
+    let with_system = |system: &str, text: &str| {
+        serde_json::json!({"model": "mom/auto", "messages": [
+            {"role": "system", "content": system}, {"role": "user", "content": text}]})
+    };
+    let helpful = "You are a helpful assistant.";
+    let first = stack
+        .chat(&with_system(helpful, "How do I make pancakes?"), "paraphrase")
+        .await;
+    assert_eq!(header(&first, "x-mom-plugins"), "semantic_cache:miss");
+    let first: Value = first.json().await.unwrap();
+
+    let paraphrase = stack
+        .chat(&with_system(helpful, "How can I make pancakes?"), "paraphrase")
+        .await;
+    assert_eq!(header(&paraphrase, "x-mom-cache-hit"), "true");
+    let action = header(&paraphrase, "x-mom-plugins");
+    let similarity: f64 = action
+        .strip_prefix("semantic_cache:hit similar ")
+        .unwrap_or_else(|| panic!("{action}"))
+        .parse()
+        .unwrap();
+    assert!((0.9..1.0).contains(&similarity), "{similarity}");
+    assert_eq!(paraphrase.json::<Value>().await.unwrap(), first);
+
+    // The same paraphrase under another system prompt is another conversation; an unrelated
+    // question in the same conversation is below the threshold.
+    let pirate = with_system("You are a pirate.", "How can I make pancakes?");
+    let unrelated = with_system(helpful, "What is the boiling point of water?");
+    for body in [pirate, unrelated] {
+        let response = stack.chat(&body, "paraphrase").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-mom-plugins"), "semantic_cache:miss");
+    }
+    assert_eq!(stack.requests_seen(), 3);
+}

@@ -244,3 +244,68 @@ async fn a_session_keeps_its_model_across_turns_and_replicas_until_policy_moves_
         "{first_replica} / {second_replica}"
     );
 }
+
+fn counter(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_cache_answers_on_every_replica_from_redis() {
+    let redis = Redis::start();
+    let config = format!(
+        r#"
+version: shared-cache-test
+state:
+  backend: redis
+  redis: {{url: "{}", keyPrefix: cachetest, refreshMs: 50, timeoutMs: 200}}
+models:
+  - {{name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}}
+identities:
+  - name: mom/auto
+    defaultModel: smollm2-135m
+    plugins: [{{type: semantic_cache, shared: true, ttlSeconds: 60}}]
+"#,
+        redis.url()
+    );
+    let stack = Stack::start_replicas(&config).await;
+    let question = ask("Which planet is largest?");
+    let first = stack.chat(&question, "c0").await;
+    assert_eq!(header(&first, "x-mom-plugins"), "semantic_cache:miss");
+    let first: Value = first.json().await.unwrap();
+    // The answer reaches Redis in the background.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let stored = support::eventually(Duration::from_secs(5), async || {
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg("cachetest:answer:*")
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        (keys.len() == 1).then_some(keys)
+    })
+    .await;
+    assert!(stored.is_some(), "the answer never reached Redis");
+    for i in 1..=6 {
+        let response = stack.chat(&question, &format!("c{i}")).await;
+        assert_eq!(header(&response, "x-mom-cache-hit"), "true", "request {i}");
+        assert_eq!(response.json::<Value>().await.unwrap(), first);
+    }
+    assert_eq!(stack.requests_seen(), 1);
+    // The replica that did not go upstream started with an empty cache: its hits came from Redis.
+    let hits = r#"mom_plugin_actions_total{plugin="semantic_cache",outcome="hit"}"#;
+    let misses = r#"mom_plugin_actions_total{plugin="semantic_cache",outcome="miss"}"#;
+    let mut replicas = Vec::new();
+    for sidecar in [stack.sidecar.as_ref().unwrap(), stack.replica.as_ref().unwrap()] {
+        let metrics = sidecar.metrics().await;
+        replicas.push((counter(&metrics, misses), counter(&metrics, hits)));
+    }
+    replicas.sort_unstable();
+    assert_eq!(replicas.iter().map(|r| r.1).sum::<u64>(), 6, "{replicas:?}");
+    let (other_misses, other_hits) = replicas[0];
+    assert_eq!(other_misses, 0, "{replicas:?}");
+    assert!(other_hits >= 1, "Envoy sent every request to one replica: {replicas:?}");
+}
