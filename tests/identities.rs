@@ -16,7 +16,12 @@ use std::time::Duration;
 use support::stack::{header, Stack};
 
 fn config() -> String {
-    std::fs::read_to_string(support::repo().join("examples/identities/config.yaml")).unwrap()
+    let text =
+        std::fs::read_to_string(support::repo().join("examples/identities/config.yaml")).unwrap();
+    text.replace(
+        "../../.cache",
+        &support::repo().join(".cache").display().to_string(),
+    )
 }
 
 fn ask_as(identity: &str, text: &str) -> Value {
@@ -107,25 +112,8 @@ fn objectives_choose_within_the_identity_bounds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn required_policies_run_before_any_upstream_call_and_fail_closed() {
+async fn required_policies_run_before_any_upstream_call() {
     let stack = Stack::start_with_config(&config()).await;
-    // mom/halu requires a grounding check this build does not have: 503, nothing upstream.
-    let response = stack
-        .chat(&ask_as("mom/halu", "What does the report say?"), "halu")
-        .await;
-    assert_eq!(response.status(), 503);
-    assert_eq!(header(&response, "x-mom-response-path"), "immediate");
-    let error: Value = response.json().await.unwrap();
-    assert_eq!(error["error"]["code"], "policy_unavailable");
-    assert!(error["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("mom/halu requires the grounding policy"));
-    assert_eq!(
-        stack.requests_seen(),
-        0,
-        "a failed-closed identity never reaches a model"
-    );
     // mom/secu: its jailbreak and PII policies decide before anything else.
     let cases = [
         (

@@ -278,13 +278,19 @@ async fn a_paraphrase_is_answered_from_the_cache_within_its_conversation_only() 
     };
     let helpful = "You are a helpful assistant.";
     let first = stack
-        .chat(&with_system(helpful, "How do I make pancakes?"), "paraphrase")
+        .chat(
+            &with_system(helpful, "How do I make pancakes?"),
+            "paraphrase",
+        )
         .await;
     assert_eq!(header(&first, "x-mom-plugins"), "semantic_cache:miss");
     let first: Value = first.json().await.unwrap();
 
     let paraphrase = stack
-        .chat(&with_system(helpful, "How can I make pancakes?"), "paraphrase")
+        .chat(
+            &with_system(helpful, "How can I make pancakes?"),
+            "paraphrase",
+        )
         .await;
     assert_eq!(header(&paraphrase, "x-mom-cache-hit"), "true");
     let action = header(&paraphrase, "x-mom-plugins");

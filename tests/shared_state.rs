@@ -299,7 +299,10 @@ identities:
     let hits = r#"mom_plugin_actions_total{plugin="semantic_cache",outcome="hit"}"#;
     let misses = r#"mom_plugin_actions_total{plugin="semantic_cache",outcome="miss"}"#;
     let mut replicas = Vec::new();
-    for sidecar in [stack.sidecar.as_ref().unwrap(), stack.replica.as_ref().unwrap()] {
+    for sidecar in [
+        stack.sidecar.as_ref().unwrap(),
+        stack.replica.as_ref().unwrap(),
+    ] {
         let metrics = sidecar.metrics().await;
         replicas.push((counter(&metrics, misses), counter(&metrics, hits)));
     }
@@ -307,5 +310,8 @@ identities:
     assert_eq!(replicas.iter().map(|r| r.1).sum::<u64>(), 6, "{replicas:?}");
     let (other_misses, other_hits) = replicas[0];
     assert_eq!(other_misses, 0, "{replicas:?}");
-    assert!(other_hits >= 1, "Envoy sent every request to one replica: {replicas:?}");
+    assert!(
+        other_hits >= 1,
+        "Envoy sent every request to one replica: {replicas:?}"
+    );
 }

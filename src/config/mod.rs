@@ -15,7 +15,7 @@ mod snapshot;
 mod store;
 
 pub use error::{ConfigError, ConfigErrors, Errors};
-pub use plugin::{CacheRule, Plugin};
+pub use plugin::{CacheRule, GroundingRule, Plugin};
 pub use snapshot::{
     Bounds, ConfidenceLooper, Decision, DecisionVectors, Fallback, FusionLooper, Identity, Listen,
     Looper, Model, Objective, OnCallError, Policy, Pricing, RatingsLooper, RemomLooper, Server,

@@ -51,6 +51,8 @@ pub enum Plugin {
     },
     /// Answers from earlier answers of the same conversation.
     SemanticCache(CacheRule),
+    /// Checks the answer against the request's context.
+    Grounding(GroundingRule),
     /// Refuses a request whose pii signal found a blocking type.
     PiiBlock {
         /// Index of the pii signal.
@@ -73,6 +75,7 @@ impl Plugin {
             Self::PiiBlock { .. } | Self::PiiMask { .. } => "pii",
             Self::ToolSelection { .. } => "tool_selection",
             Self::SemanticCache(_) => "semantic_cache",
+            Self::Grounding(_) => "grounding",
         }
     }
 
@@ -106,4 +109,17 @@ impl CacheRule {
     /// Longest wait for an identical request in flight that fits Envoy's default message timeout
     /// (2 s in `envoy/quickstart.yaml`); a longer wait asks Envoy for more time on every request.
     pub const UNEXTENDED_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+}
+
+/// How the grounding plugin judges an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroundingRule {
+    /// Score at or above which a sentence counts as supported.
+    pub threshold: f32,
+    /// Weight of word overlap in a sentence's score; the rest is the best cosine.
+    pub lexical_weight: f32,
+    /// Share of the answer's sentences that must be supported.
+    pub min_supported: f32,
+    /// The answer given instead of an unsupported one; `None` only warns.
+    pub fallback: Option<String>,
 }

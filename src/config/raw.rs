@@ -6,7 +6,9 @@ use serde::Deserialize;
 
 pub use super::raw_contract::{RawContractKind, RawOnViolation, RawOutputContract};
 pub use super::raw_identity::{RawBounds, RawIdentity, RawObjective, RawPolicy};
-pub use super::raw_plugin::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
+pub use super::raw_plugin::{
+    RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode,
+};
 pub use super::raw_selection::{
     RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,
     RawMeasure, RawOrder, RawRedis, RawSessions, RawState, RawStateBackend,

@@ -74,6 +74,22 @@ pub enum RawPlugin {
         /// How long an identical request waits for one already upstream; default 1000.
         wait_ms: Option<u64>,
     },
+    /// Checks each sentence of the answer against the context the request provided (system,
+    /// user and tool messages) by meaning and by shared words; an answer not supported enough
+    /// is flagged (`warn`) or replaced by the declared fallback answer (`fail`).
+    Grounding {
+        /// Score at or above which a sentence counts as supported; default 0.65.
+        threshold: Option<f64>,
+        /// Weight of word overlap in a sentence's score (the rest is cosine); default 0.4.
+        lexical_weight: Option<f64>,
+        /// Share of the answer's sentences that must be supported; default 1.
+        min_supported: Option<f64>,
+        /// `warn` (default): `x-mom-grounding` says so; `fail`: the fallback answer instead.
+        #[serde(default)]
+        on_fail: RawGroundingAction,
+        /// The answer given instead of an unsupported one (`onFail: fail`).
+        fallback: Option<String>,
+    },
     /// Blocks a request carrying personal data, naming the types found (never the values), or
     /// masks the values before any model sees them and restores them in the answer.
     Pii {
@@ -120,4 +136,15 @@ pub enum RawPiiMode {
     Block,
     /// Replace the values with placeholders upstream; restore them in the answer.
     Mask,
+}
+
+/// What the grounding plugin does with an unsupported answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawGroundingAction {
+    /// Deliver it with `x-mom-grounding` saying it failed.
+    #[default]
+    Warn,
+    /// Deliver the declared fallback answer instead.
+    Fail,
 }

@@ -76,7 +76,10 @@ pub(super) fn key(
         partition.update((value.len() as u64).to_le_bytes());
         partition.update(value);
     };
-    field("identity", trace.identity.as_deref().unwrap_or_default().as_bytes());
+    field(
+        "identity",
+        trace.identity.as_deref().unwrap_or_default().as_bytes(),
+    );
     let version = trace.identity_version.as_deref().unwrap_or_default();
     field("identity_version", version.as_bytes());
     field("decision", trace.decision_label().as_bytes());
@@ -86,7 +89,10 @@ pub(super) fn key(
     }
     field("history", Value::Array(messages).to_string().as_bytes());
     for (name, value) in request.object() {
-        if !matches!(name.as_str(), "model" | "messages" | "stream" | "stream_options") {
+        if !matches!(
+            name.as_str(),
+            "model" | "messages" | "stream" | "stream_options"
+        ) {
             field(name, value.to_string().as_bytes());
         }
     }
@@ -165,7 +171,9 @@ fn hit(found: Option<Found>, stream: bool, note: &str) -> Option<Consulted> {
     let found = found?;
     let body: Value = serde_json::from_slice(found.body()).ok()?;
     let mut reply = Reply::completion(&body, stream);
-    reply.headers.push((HIT_HEADER.to_owned(), "true".to_owned()));
+    reply
+        .headers
+        .push((HIT_HEADER.to_owned(), "true".to_owned()));
     let action = match found {
         Found::Exact(_) => format!("hit exact{note}"),
         Found::Similar(_, similarity) => format!("hit similar {similarity:.3}{note}"),

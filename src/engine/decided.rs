@@ -3,6 +3,7 @@
 //! continuity), then the output contract and header edits bound to the forwarded request.
 
 use super::cache::{self, CacheTicket, Consulted};
+use super::grounding::GroundingCheck;
 use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
 use super::{contract, forward, recipe, refusal, session, tools};
@@ -52,9 +53,12 @@ pub(super) async fn carry_out(
         _ => None,
     });
     let model_name = &snapshot.models[chosen].name;
-    let cache_key =
-        cache_rule.map(|rule| cache::key(rule, &trace, model_name, headers, &request));
+    let cache_key = cache_rule.map(|rule| cache::key(rule, &trace, model_name, headers, &request));
     let stream = request.stream;
+    let grounding_rule = plugins.clone().find_map(|p| match p {
+        Plugin::Grounding(rule) => Some(rule),
+        _ => None,
+    });
     let applied = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
         Ok(applied) => applied,
         Err(error) => {
@@ -72,6 +76,8 @@ pub(super) async fn carry_out(
         let action = tools::select(snapshot, &mut request, query, top_k).await;
         trace.plugins.push(("tool_selection", action));
     }
+    // The context an answer must be grounded in, as the models see it.
+    let grounding = grounding_rule.map(|rule| GroundingCheck::new(rule, &request));
     let mut kept = None;
     let routed = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
@@ -124,7 +130,43 @@ pub(super) async fn carry_out(
         };
         bind_contract(routed, contract)
     };
+    let routed = match grounding {
+        Some(check) => ground(snapshot, routed, check).await,
+        None => routed,
+    };
     finish(routed, edits, applied.masker, kept, state, stream)
+}
+
+/// Binds the grounding check to a forwarded request, or runs it on an answer already in hand
+/// (flagged, or replaced by the fallback answer when the rule fails closed).
+async fn ground(snapshot: &Snapshot, mut routed: Routed, check: GroundingCheck) -> Routed {
+    match &mut routed.action {
+        Action::Forward(forward) => forward.grounding = Some(Box::new(check)),
+        Action::Respond(reply) if reply.code == "ok" => {
+            let stream = reply
+                .headers
+                .iter()
+                .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
+            let text = if stream {
+                crate::llm::usage::streamed_text(&reply.body)
+            } else {
+                let body: serde_json::Value =
+                    serde_json::from_slice(&reply.body).unwrap_or_default();
+                crate::llm::chat::reply_text(&body).to_owned()
+            };
+            let verdict = check.judge(snapshot.encoder.as_deref(), &text).await;
+            let mut label = verdict.label();
+            if let (Some(fallback), false) = (&check.rule.fallback, verdict.grounded) {
+                let model = routed.trace.provider_model.clone().unwrap_or_default();
+                let completion = super::grounding::fallback_completion(fallback, &model);
+                reply.body = super::Reply::completion(&completion, stream).body;
+                label.push_str(";fallback");
+            }
+            routed.trace.grounding = Some(label);
+        }
+        Action::Respond(_) => {}
+    }
+    routed
 }
 
 /// A forwarded request of a decision with an output contract carries the contract for the

@@ -8,6 +8,7 @@ pub mod contract;
 mod decided;
 mod error;
 mod fusion;
+pub mod grounding;
 mod looper;
 mod models;
 pub mod pii_mask;
@@ -76,7 +77,7 @@ impl Reply {
 }
 
 /// The upstream request mom-router hands back to Envoy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Forward {
     /// Logical model: the `x-selected-model` value.
     pub model: String,
@@ -100,10 +101,12 @@ pub struct Forward {
     pub masker: Option<Arc<pii_mask::Masker>>,
     /// Where the semantic cache keeps a complete 2xx answer.
     pub cache: Option<Arc<cache::CacheTicket>>,
+    /// The grounding check the answer goes through in the response phase.
+    pub grounding: Option<Box<grounding::GroundingCheck>>,
 }
 
 /// What happens to the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Rewrite and let Envoy route it.
     Forward(Forward),
@@ -374,13 +377,6 @@ fn route_identity<'s>(
         headers,
         body,
     } = *context;
-    if identity.requires.contains(&Policy::Grounding) {
-        return Err(RouteError::PolicyUnavailable {
-            identity: identity.name.clone(),
-            policy: Policy::Grounding.name(),
-            reason: "this build of mom-router has no grounding check yet".to_owned(),
-        });
-    }
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
     let mut values: Vec<Option<f64>> = vec![None; snapshot.signals.len()];
     let mut results = Vec::with_capacity(identity.signals.len());
@@ -486,6 +482,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             headers: plugins::HeaderEdits::default(),
             masker: None,
             cache: None,
+            grounding: None,
         }),
         trace,
     }

@@ -116,8 +116,11 @@ pub(super) fn apply<'p>(
                     }
                 }
             }
-            // Run by the caller: tool selection needs the encoder, the cache the state.
-            Plugin::ToolSelection { .. } | Plugin::SemanticCache(_) => continue,
+            // Run by the caller: tool selection needs the encoder, the cache the state, the
+            // grounding check the answer.
+            Plugin::ToolSelection { .. } | Plugin::SemanticCache(_) | Plugin::Grounding(_) => {
+                continue
+            }
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
                 if *replace { "replaced" } else { "inserted" }.to_owned()

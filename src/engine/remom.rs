@@ -239,5 +239,6 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         headers: super::HeaderEdits::default(),
         masker: None,
         cache: None,
+        grounding: None,
     }
 }

@@ -35,6 +35,8 @@ pub struct Trace {
     pub contract: Option<(&'static str, String)>,
     /// Plugins run, with what each did.
     pub plugins: Vec<(&'static str, String)>,
+    /// The grounding check's verdict on the answer (`grounded 3/3 min=0.71`, …).
+    pub grounding: Option<String>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
     /// Logical model chosen.
@@ -64,6 +66,7 @@ impl Trace {
             looper: None,
             contract: None,
             plugins: Vec::new(),
+            grounding: None,
             fallback_used: false,
             model: None,
             provider_model: None,
@@ -119,6 +122,9 @@ impl Trace {
         }
         if !self.plugins.is_empty() {
             headers.push(("x-mom-plugins", self.plugins_label()));
+        }
+        if let Some(grounding) = &self.grounding {
+            headers.push(("x-mom-grounding", grounding.clone()));
         }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));

@@ -102,6 +102,9 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     if !trace.plugins.is_empty() {
         fields.insert("plugins".to_owned(), string(&trace.plugins_label()));
     }
+    if let Some(grounding) = &trace.grounding {
+        fields.insert("grounding".to_owned(), string(grounding));
+    }
     if let Some(session) = &trace.session {
         fields.insert("session".to_owned(), string(session.status));
         fields.insert("session_reason".to_owned(), string(&session.reason));
@@ -272,6 +275,9 @@ pub fn checked_response_body(
     if held {
         if let Some(contract) = checked.and_then(Trace::contract_label) {
             set_headers.push(set_header("x-mom-contract", &contract));
+        }
+        if let Some(grounding) = checked.and_then(|t| t.grounding.as_deref()) {
+            set_headers.push(set_header("x-mom-grounding", grounding));
         }
         if let Some(body) = &body {
             set_headers.push(set_header("content-length", &body.len().to_string()));

@@ -43,8 +43,8 @@ pub struct StreamState {
 enum Pending {
     /// Route it (loopers may run).
     Request(HttpBody),
-    /// Repair it against the output contract.
-    Repair(HttpBody),
+    /// Settle it: contract repair, grounding check.
+    Settle(HttpBody),
 }
 
 /// The deadline of a contract repair made in the response phase.
@@ -77,6 +77,8 @@ struct Forwarded {
     masker: Option<Arc<crate::engine::pii_mask::Masker>>,
     /// The stream's restorer, once the response streams.
     restorer: Option<crate::engine::pii_mask::SseRestorer>,
+    /// The grounding check the held answer goes through.
+    grounding: Option<Box<crate::engine::grounding::GroundingCheck>>,
     /// Where the semantic cache keeps the answer, while it may still be kept.
     cache: Option<Arc<crate::engine::cache::CacheTicket>>,
     /// The answer as the client received it, collected for the cache.
@@ -101,7 +103,7 @@ impl StreamState {
         let started = Instant::now();
         let (phase, response) = match self.pending.take()? {
             Pending::Request(body) => ("request_body", self.on_request_body(body).await),
-            Pending::Repair(body) => ("response_body", self.repair(body).await),
+            Pending::Settle(body) => ("response_body", self.settle(body).await),
         };
         self.metrics
             .phase_seconds
@@ -127,9 +129,9 @@ impl StreamState {
             },
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
             Request::ResponseBody(b) => {
-                if self.needs_repair(&b) {
-                    // The answer breaks its contract: ask Envoy to wait for the repair call.
-                    self.pending = Some(Pending::Repair(b));
+                if self.must_settle(&b) {
+                    // A repair call or the grounding check: ask Envoy to wait for it.
+                    self.pending = Some(Pending::Settle(b));
                     return Some(convert::extend_timeout(
                         (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
                     ));
@@ -230,6 +232,7 @@ impl StreamState {
                 let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
                 let masker = forward.masker.take();
                 let cache = forward.cache.take();
+                let grounding = forward.grounding.take();
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -247,6 +250,7 @@ impl StreamState {
                     masker,
                     restorer: None,
                     cache,
+                    grounding,
                     answer: Vec::new(),
                 });
                 response
@@ -312,23 +316,27 @@ impl StreamState {
             );
         }
         let checked = forwarded.contract.is_some() || forwarded.masker.is_some();
+        let grounded = forwarded.grounding.is_some();
         let keeps = forwarded.cache.is_some();
         let watch_body = success
             && !message.end_of_stream
-            && (forwarded.stream || observe || checked || keeps);
+            && (forwarded.stream || observe || checked || keeps || grounded);
         if watch_body && observe {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }
-        forwarded.body_mode = match (watch_body, checked && !forwarded.stream) {
+        // The grounding check holds the whole answer, streamed or not: it may be replaced.
+        let hold = grounded || (checked && !forwarded.stream);
+        forwarded.body_mode = match (watch_body, hold) {
             (false, _) => convert::BodyMode::Unchanged,
             (true, true) => convert::BodyMode::Buffered,
             (true, false) => convert::BodyMode::Streamed,
         };
         if !watch_body {
-            // A failed response is not checked against the contract.
+            // A failed response is not checked against the contract nor for grounding.
             forwarded.contract = None;
+            forwarded.grounding = None;
         }
-        if let (true, Some(masker)) = (forwarded.stream, &forwarded.masker) {
+        if let (true, false, Some(masker)) = (forwarded.stream, hold, &forwarded.masker) {
             forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
                 masker,
             )));

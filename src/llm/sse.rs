@@ -111,7 +111,8 @@ pub fn assemble(body: &[u8]) -> Option<Value> {
                 "content": c.content.map_or(Value::Null, Value::String),
             });
             if !c.calls.is_empty() {
-                message["tool_calls"] = Value::Array(c.calls.into_iter().map(Value::Object).collect());
+                message["tool_calls"] =
+                    Value::Array(c.calls.into_iter().map(Value::Object).collect());
             }
             json!({"index": index, "message": message, "finish_reason": c.finish})
         })
@@ -195,7 +196,10 @@ mod tests {
         let assembled = assemble(stream.as_bytes()).unwrap_or_default();
         let message = &assembled["choices"][0]["message"];
         assert_eq!(message["content"], "Hello");
-        assert_eq!(message["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+        assert_eq!(
+            message["tool_calls"][0]["function"]["arguments"],
+            "{\"a\":1}"
+        );
         assert_eq!(message["tool_calls"][0]["id"], "t");
         assert_eq!(assembled["choices"][0]["finish_reason"], "stop");
     }

@@ -179,14 +179,12 @@ impl LocalAnswers {
     pub(super) fn keep(&self, key: &CacheKey, kept: Arc<Kept>) {
         let ttl = kept.ttl;
         self.entries.insert(key.exact.clone(), kept);
-        let partition = self
-            .partitions
-            .get_with(key.partition.clone(), || {
-                Arc::new(Partition {
-                    keys: Mutex::new(VecDeque::new()),
-                    ttl,
-                })
-            });
+        let partition = self.partitions.get_with(key.partition.clone(), || {
+            Arc::new(Partition {
+                keys: Mutex::new(VecDeque::new()),
+                ttl,
+            })
+        });
         let mut keys = partition.keys.lock().unwrap_or_else(|p| p.into_inner());
         keys.retain(|k| k != &key.exact && self.entries.contains_key(k));
         keys.push_back(key.exact.clone());

@@ -319,16 +319,24 @@ fn policies(
                 evaluates(|k| matches!(k, SignalKind::Jailbreak(_))),
             ),
             RawPolicy::Pii => (Policy::Pii, evaluates(|k| matches!(k, SignalKind::Pii(_)))),
-            RawPolicy::Grounding => (Policy::Grounding, true),
+            RawPolicy::Grounding => (
+                Policy::Grounding,
+                identity
+                    .plugins
+                    .iter()
+                    .any(|p| matches!(p, crate::config::raw::RawPlugin::Grounding { .. })),
+            ),
         };
         if !present {
+            let missing = match policy {
+                Policy::Grounding => {
+                    "has no grounding plugin (plugins: [{type: grounding, …}])".to_owned()
+                }
+                _ => format!("none of its decisions reads a {} signal", policy.name()),
+            };
             errors.push(
                 format!("{path}.requires[{j}]"),
-                format!(
-                    "the identity requires {} but none of its decisions reads a {} signal",
-                    policy.name(),
-                    policy.name()
-                ),
+                format!("the identity requires {} but {missing}", policy.name()),
             );
             *ok = false;
         }

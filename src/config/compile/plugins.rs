@@ -2,8 +2,10 @@
 //! kind, reroute targets and header names checked, parameters that would break routing refused.
 
 use crate::config::error::Errors;
-use crate::config::plugin::{CacheRule, Plugin};
-use crate::config::raw::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
+use crate::config::plugin::{CacheRule, GroundingRule, Plugin};
+use crate::config::raw::{
+    RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode,
+};
 use crate::signals::pii_patterns::PiiKind;
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
@@ -89,6 +91,64 @@ fn compile_plugin(
             tables,
             errors,
         ),
+        RawPlugin::Grounding {
+            threshold,
+            lexical_weight,
+            min_supported,
+            on_fail,
+            fallback,
+        } => {
+            let mut ok = true;
+            let mut share = |field: &str, value: Option<f64>, default: f64| {
+                let value = value.unwrap_or(default);
+                if !(0.0..=1.0).contains(&value) {
+                    errors.push(
+                        format!("{path}.{field}"),
+                        format!("{value} is outside [0, 1]"),
+                    );
+                    ok = false;
+                }
+                value as f32
+            };
+            let threshold = share("threshold", *threshold, 0.65);
+            let lexical_weight = share("lexicalWeight", *lexical_weight, 0.4);
+            let min_supported = share("minSupported", *min_supported, 1.0);
+            let fallback = match (on_fail, fallback) {
+                (RawGroundingAction::Fail, Some(text)) if !text.trim().is_empty() => {
+                    Some(text.clone())
+                }
+                (RawGroundingAction::Fail, _) => {
+                    errors.push(
+                        format!("{path}.fallback"),
+                        "onFail: fail answers with the declared fallback; write it",
+                    );
+                    ok = false;
+                    None
+                }
+                (RawGroundingAction::Warn, Some(_)) => {
+                    errors.push(
+                        format!("{path}.fallback"),
+                        "only onFail: fail answers with a fallback",
+                    );
+                    ok = false;
+                    None
+                }
+                (RawGroundingAction::Warn, None) => None,
+            };
+            if !tables.encoder {
+                errors.push(
+                    path.to_owned(),
+                    "grounding compares the answer with the context by meaning; configure inference.encoder",
+                );
+                ok = false;
+            }
+            ok.then_some(Plugin::Grounding(GroundingRule {
+                threshold,
+                lexical_weight,
+                min_supported,
+                fallback,
+            }))
+        }
         RawPlugin::SystemPrompt { prompt, mode } => {
             if prompt.trim().is_empty() {
                 errors.push(format!("{path}.prompt"), "must not be empty");

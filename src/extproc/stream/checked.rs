@@ -8,25 +8,37 @@ use crate::engine::contract::enforce;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
 use crate::llm::chat::reply_text;
-use crate::observability::metrics::ContractLabels;
+use crate::observability::metrics::{ContractLabels, PluginLabels};
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use serde_json::Value;
-use std::sync::Arc;
+
+/// What the contract step of a held body settled.
+enum Settled {
+    /// The body stays as it is.
+    Unchanged,
+    /// The repaired answer replaces it.
+    Replaced(Vec<u8>),
+    /// The client gets this instead (the contract says `fail`).
+    Refused(Box<ProcessingResponse>),
+}
 
 impl StreamState {
-    /// True for the complete buffered body of an answer that breaks its contract, when a
-    /// repair can be asked for.
-    pub(super) fn needs_repair(&self, message: &HttpBody) -> bool {
+    /// True for a complete buffered body mom-router must settle asynchronously: an answer that
+    /// breaks its contract (when a repair can be asked for), or one the grounding check reads.
+    pub(super) fn must_settle(&self, message: &HttpBody) -> bool {
         let Some(forwarded) = &self.forwarded else {
             return false;
         };
+        if forwarded.body_mode != BodyMode::Buffered || !message.end_of_stream {
+            return false;
+        }
+        if forwarded.grounding.is_some() {
+            return true;
+        }
         let Some((contract, _)) = &forwarded.contract else {
             return false;
         };
-        if forwarded.body_mode != BodyMode::Buffered
-            || !message.end_of_stream
-            || self.services.client.is_none()
-        {
+        if forwarded.stream || self.services.client.is_none() {
             return false;
         }
         // Placeholders stand in for masked values: the check reads what the model wrote.
@@ -34,47 +46,86 @@ impl StreamState {
         contract.shape.check(reply_text(&body)).is_err()
     }
 
-    /// Repairs a buffered answer that broke its contract: one call to the same model through
-    /// Envoy (with the masked conversation and answer, so no masked value leaves); the repaired
-    /// answer replaces the body, or the original stays (marked violated), or the client gets a
-    /// 502 when the contract says `fail`. Masked values are restored last.
-    pub(super) async fn repair(&mut self, message: HttpBody) -> ProcessingResponse {
+    /// Settles a held body: the contract checked (a broken JSON answer repaired once through the
+    /// same model, with the masked conversation, or refused when the contract says `fail`), the
+    /// grounding check (an unsupported answer flagged or replaced by the fallback), masked values
+    /// restored last, and the answer collected for the cache.
+    pub(super) async fn settle(&mut self, message: HttpBody) -> ProcessingResponse {
         self.observe_body(&message);
-        let snapshot = Arc::clone(&self.snapshot);
-        let (Some(forwarded), Some(client)) = (&mut self.forwarded, &self.services.client) else {
+        let mut body = message.body;
+        let mut replaced = false;
+        match self.settle_contract(&body).await {
+            Settled::Unchanged => {}
+            Settled::Replaced(repaired) => {
+                body = repaired;
+                replaced = true;
+            }
+            Settled::Refused(response) => return *response,
+        }
+        if let Some(fallback) = self.settle_grounding(&body).await {
+            body = fallback;
+            replaced = true;
+        }
+        let Some(forwarded) = &mut self.forwarded else {
             return convert::continue_response_body();
+        };
+        if let Some(masker) = &forwarded.masker {
+            body = masker.restore_body(&body);
+            replaced = true;
+        }
+        let trace = forwarded.trace.clone();
+        self.count_contract(&trace);
+        self.collect_answer(true, &body);
+        convert::checked_response_body(Some(&trace), replaced.then_some(body), true)
+    }
+
+    async fn settle_contract(&mut self, body: &[u8]) -> Settled {
+        let Some(forwarded) = &mut self.forwarded else {
+            return Settled::Unchanged;
         };
         let Some((contract, request)) = forwarded.contract.take() else {
-            return convert::continue_response_body();
+            return Settled::Unchanged;
         };
-        let Some(model) = snapshot
+        let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
+        let text = if forwarded.stream {
+            crate::llm::usage::streamed_text(body)
+        } else {
+            reply_text(&parsed).to_owned()
+        };
+        let name = contract.shape.name();
+        let model = self
+            .snapshot
             .model_index(&forwarded.model)
-            .map(|i| &snapshot.models[i])
-        else {
-            return convert::continue_response_body();
+            .map(|i| &self.snapshot.models[i]);
+        let (client, model) = match (&self.services.client, model) {
+            (Some(client), Some(model)) if !forwarded.stream => (client, model),
+            _ => {
+                let outcome = match contract.shape.check(&text) {
+                    Ok(()) => "kept",
+                    Err(_) => "violated",
+                };
+                forwarded.trace.contract = Some((name, outcome.to_owned()));
+                return Settled::Unchanged;
+            }
         };
+        if contract.shape.check(&text).is_ok() {
+            forwarded.trace.contract = Some((name, "kept".to_owned()));
+            return Settled::Unchanged;
+        }
         let request: Value = serde_json::from_slice(&request).unwrap_or_default();
         let messages = request["messages"].as_array().cloned().unwrap_or_default();
         let max_tokens = request["max_tokens"].as_u64().unwrap_or(1024);
-        let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
         let mut enforced = enforce(
             client,
             &contract.shape,
             model,
             &messages,
-            body,
+            parsed,
             max_tokens,
             REPAIR_DEADLINE,
         )
         .await;
-        forwarded.trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
-        let trace = forwarded.trace.clone();
-        let masker = forwarded.masker.clone();
-        self.count_contract(&trace);
-        let restored = |body: &[u8]| match &masker {
-            Some(masker) => masker.restore_body(body),
-            None => body.to_vec(),
-        };
+        forwarded.trace.contract = Some((name, enforced.outcome.to_owned()));
         match (enforced.outcome, enforced.reason, contract.on_violation) {
             ("repaired", _, _) => {
                 let usage = &mut enforced.body["usage"];
@@ -88,24 +139,61 @@ impl StreamState {
                         usage[field] = serde_json::json!(before + added);
                     }
                 }
-                let body = restored(enforced.body.to_string().as_bytes());
-                self.collect_answer(true, &body);
-                convert::checked_response_body(Some(&trace), Some(body), true)
+                Settled::Replaced(enforced.body.to_string().into_bytes())
             }
             (_, Some(reason), crate::config::OnViolation::Fail) => {
                 let error = RouteError::ContractViolated {
-                    contract: contract.shape.name(),
+                    contract: name,
                     reason,
                 };
-                let mut trace = trace;
+                let mut trace = forwarded.trace.clone();
                 trace.error = Some((error.code(), error.fault()));
-                convert::immediate(&error.reply(), &trace)
+                self.count_contract(&trace);
+                Settled::Refused(Box::new(convert::immediate(&error.reply(), &trace)))
             }
-            _ => {
-                let body = masker.is_some().then(|| restored(&message.body));
-                convert::checked_response_body(Some(&trace), body, true)
-            }
+            _ => Settled::Unchanged,
         }
+    }
+
+    /// Runs the grounding check on a held answer; returns the fallback answer that replaces an
+    /// unsupported one when the rule fails closed.
+    async fn settle_grounding(&mut self, body: &[u8]) -> Option<Vec<u8>> {
+        let forwarded = self.forwarded.as_mut()?;
+        let check = forwarded.grounding.take()?;
+        let text = if forwarded.stream {
+            crate::llm::usage::streamed_text(body)
+        } else {
+            let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
+            reply_text(&parsed).to_owned()
+        };
+        let verdict = check.judge(self.snapshot.encoder.as_deref(), &text).await;
+        let fallback = match (&check.rule.fallback, verdict.grounded) {
+            (Some(fallback), false) => Some(fallback),
+            _ => None,
+        };
+        let outcome = match (&verdict.error, verdict.grounded, fallback.is_some()) {
+            (Some(_), _, _) => "unchecked",
+            (None, true, _) => "grounded",
+            (None, false, true) => "replaced",
+            (None, false, false) => "ungrounded",
+        };
+        let mut label = verdict.label();
+        if fallback.is_some() {
+            label.push_str(";fallback");
+        }
+        forwarded.trace.grounding = Some(label);
+        let provider_model = forwarded.trace.provider_model.clone().unwrap_or_default();
+        let stream = forwarded.stream;
+        self.metrics
+            .plugin_actions
+            .get_or_create(&PluginLabels {
+                plugin: "grounding",
+                outcome,
+            })
+            .inc();
+        let fallback = fallback?;
+        let completion = crate::engine::grounding::fallback_completion(fallback, &provider_model);
+        Some(crate::engine::Reply::completion(&completion, stream).body)
     }
 
     /// Counts a finished contract check.
@@ -153,7 +241,12 @@ impl StreamState {
             .trace
             .contract
             .as_ref()
-            .is_some_and(|(_, outcome)| outcome == "violated");
+            .is_some_and(|(_, outcome)| outcome == "violated")
+            || forwarded
+                .trace
+                .grounding
+                .as_ref()
+                .is_some_and(|label| !label.starts_with("grounded"));
         let keepable = crate::engine::cache::keepable(&answer, forwarded.stream);
         if let (Some(ticket), Some(body), false) = (ticket, keepable, violated) {
             crate::engine::cache::keep(&self.services.state, &ticket, body);
@@ -187,7 +280,11 @@ impl StreamState {
             }
             _ => None,
         };
-        let copy = forwarded.cache.is_some().then(|| replaced.clone()).flatten();
+        let copy = forwarded
+            .cache
+            .is_some()
+            .then(|| replaced.clone())
+            .flatten();
         let Some((contract, _)) = &forwarded.contract else {
             return (convert::checked_response_body(None, replaced, held), copy);
         };
@@ -209,6 +306,9 @@ impl StreamState {
         forwarded.contract = None;
         let trace = forwarded.trace.clone();
         self.count_contract(&trace);
-        (convert::checked_response_body(Some(&trace), replaced, held), copy)
+        (
+            convert::checked_response_body(Some(&trace), replaced, held),
+            copy,
+        )
     }
 }

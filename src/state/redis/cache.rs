@@ -109,11 +109,7 @@ impl RedisTier {
     }
 
     /// Writes an answer and its place in the partition.
-    pub(super) async fn write_answer(
-        &self,
-        key: &CacheKey,
-        kept: &Kept,
-    ) -> redis::RedisResult<()> {
+    pub(super) async fn write_answer(&self, key: &CacheKey, kept: &Kept) -> redis::RedisResult<()> {
         let mut connection = self.connection.clone();
         let now = now_ms();
         let ttl_ms = kept.ttl.as_millis().max(1) as u64;
