@@ -205,3 +205,60 @@ async fn a_streamed_answer_is_checked_and_reported_not_held_back() {
         "{metrics}"
     );
 }
+
+/// Identities whose every answer is validated by a `response_validation` plugin: annotate only,
+/// refuse without a repair, or repair once.
+const VALIDATED: &str = r#"
+version: validation-test
+server: {internalUrl: "http://127.0.0.1:10001"}
+models:
+  - {name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}
+identities:
+  - name: mom/annotated
+    defaultModel: smollm2-135m
+    plugins:
+      - {type: response_validation, repair: false, outputContract: {type: regex, pattern: '^\d+$'}}
+  - name: mom/refused
+    defaultModel: smollm2-135m
+    plugins:
+      - type: response_validation
+        repair: false
+        outputContract: {type: regex, pattern: '^\d+$', onViolation: fail}
+  - name: mom/repaired
+    defaultModel: smollm2-135m
+    plugins:
+      - {type: response_validation, outputContract: {type: regex, pattern: '^\d+$'}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_validation_plugin_annotates_refuses_or_repairs_as_configured() {
+    let stack = Stack::start_with_config(VALIDATED).await;
+    let upstream = &stack.backends["smollm2-135m"];
+    let as_identity = |identity: &str| json!({"model": identity, "messages": [{"role": "user", "content": "How many legs has a spider?"}]});
+    upstream.queue(&["Eight legs."]);
+    let response = stack.chat(&as_identity("mom/annotated"), "annotated").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-contract"), "regex:violated");
+    assert_eq!(answer_text(response).await, "Eight legs.");
+    assert_eq!(upstream.bodies().len(), 1, "no repair was asked for");
+
+    upstream.queue(&["Eight legs."]);
+    let response = stack.chat(&as_identity("mom/refused"), "refused").await;
+    assert_eq!(response.status(), 502);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "contract_violated");
+    assert_eq!(upstream.bodies().len(), 2);
+
+    upstream.queue(&["Eight legs.", "8"]);
+    let response = stack.chat(&as_identity("mom/repaired"), "repaired").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-contract"), "regex:repaired");
+    assert_eq!(answer_text(response).await, "8");
+    assert_eq!(upstream.bodies().len(), 4, "one repair call");
+    // The contract's instruction reached the model with the request.
+    let first = &upstream.bodies()[0];
+    assert!(first["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("regular expression"));
+}

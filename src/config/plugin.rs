@@ -33,6 +33,8 @@ pub enum Plugin {
         signal: usize,
         /// Model index a reroute goes to; `None` blocks.
         reroute: Option<usize>,
+        /// The answer is checked too, and withheld when the signal matches it.
+        response: bool,
     },
     /// Masks personal data of the accepted types before any model sees it (validated pattern
     /// types: masking needs each value's position).
@@ -53,6 +55,8 @@ pub enum Plugin {
     SemanticCache(CacheRule),
     /// Checks the answer against the request's context.
     Grounding(GroundingRule),
+    /// Checks the forwarded answer against an output contract.
+    ResponseValidation(super::Contract),
     /// Refuses a request whose pii signal found a blocking type.
     PiiBlock {
         /// Index of the pii signal.
@@ -76,6 +80,7 @@ impl Plugin {
             Self::ToolSelection { .. } => "tool_selection",
             Self::SemanticCache(_) => "semantic_cache",
             Self::Grounding(_) => "grounding",
+            Self::ResponseValidation(_) => "response_validation",
         }
     }
 

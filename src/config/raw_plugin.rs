@@ -49,6 +49,10 @@ pub enum RawPlugin {
         action: RawGuardAction,
         /// The model a `reroute` sends the request to.
         model: Option<String>,
+        /// Also run the signal on the answer, withheld (403) when it matches — an answer
+        /// carrying injected instructions for whatever reads it next (default false).
+        #[serde(default)]
+        check_response: bool,
     },
     /// Keeps the `topK` tools closest in meaning to the last user message (and every tool the
     /// conversation already called or `tool_choice` names) when a request carries more.
@@ -90,6 +94,16 @@ pub enum RawPlugin {
         /// The answer given instead of an unsupported one (`onFail: fail`).
         fallback: Option<String>,
     },
+    /// Checks the forwarded answer against an output contract (when the winning decision has
+    /// none of its own): annotated, repaired once through the same model, or refused.
+    ResponseValidation {
+        /// The contract, as a decision's `outputContract` is written.
+        output_contract: super::raw_contract::RawOutputContract,
+        /// Ask the model that broke the contract for one repair (default true); `false` only
+        /// annotates (or refuses, with `onViolation: fail`).
+        #[serde(default = "yes")]
+        repair: bool,
+    },
     /// Blocks a request carrying personal data, naming the types found (never the values), or
     /// masks the values before any model sees them and restores them in the answer.
     Pii {
@@ -104,6 +118,10 @@ pub enum RawPlugin {
         #[serde(default)]
         allow: Vec<String>,
     },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How a system prompt is added.

@@ -195,6 +195,8 @@ pub struct Contract {
     pub shape: crate::llm::contract::OutputContract,
     /// After the one repair.
     pub on_violation: OnViolation,
+    /// A broken answer gets one repair call (always, for a decision's contract).
+    pub repair: bool,
 }
 
 /// What an answer still broken after its repair does.

@@ -55,6 +55,19 @@ pub(super) async fn carry_out(
     let model_name = &snapshot.models[chosen].name;
     let cache_key = cache_rule.map(|rule| cache::key(rule, &trace, model_name, headers, &request));
     let stream = request.stream;
+    // A decision's own output contract comes first; a response_validation plugin stands in.
+    let validation = plugins.clone().find_map(|p| match p {
+        Plugin::ResponseValidation(contract) => Some(contract),
+        _ => None,
+    });
+    let answer_guard = plugins.clone().find_map(|p| match p {
+        Plugin::JailbreakGuard {
+            signal,
+            response: true,
+            ..
+        } => Some(*signal),
+        _ => None,
+    });
     let grounding_rule = plugins.clone().find_map(|p| match p {
         Plugin::Grounding(rule) => Some(rule),
         _ => None,
@@ -107,7 +120,7 @@ pub(super) async fn carry_out(
         }
         // The contract's instruction joins the request once: every later call — tentative,
         // panel, synthesis, escalation, a plain forward — carries it.
-        let contract = decision.and_then(|d| d.contract.as_ref());
+        let contract = decision.and_then(|d| d.contract.as_ref()).or(validation);
         if let Some(contract) = contract {
             contract::instruct(request.object_mut(), &contract.shape);
         }
@@ -134,7 +147,44 @@ pub(super) async fn carry_out(
         Some(check) => ground(snapshot, routed, check).await,
         None => routed,
     };
+    let routed = match answer_guard {
+        Some(signal) => guard_answer(snapshot, routed, signal).await,
+        None => routed,
+    };
     finish(routed, edits, applied.masker, kept, state, stream)
+}
+
+/// The answer text of a reply mom-router gives itself, and whether it streams.
+fn reply_answer(reply: &super::Reply) -> (String, bool) {
+    let stream = reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
+    (crate::llm::sse::answer_text(&reply.body, stream), stream)
+}
+
+/// Binds the response-side jailbreak check to a forwarded request, or runs it on an answer
+/// already in hand: a match (or a signal that cannot answer) withholds the answer.
+async fn guard_answer(snapshot: &Snapshot, mut routed: Routed, signal: usize) -> Routed {
+    match &mut routed.action {
+        Action::Forward(forward) => forward.answer_guard = Some(signal),
+        Action::Respond(reply) if reply.code == "ok" => {
+            let (text, _) = reply_answer(reply);
+            if super::answer_guard::matches(snapshot, signal, &text).await != Ok(false) {
+                let error = super::RouteError::AnswerWithheld {
+                    signal: snapshot.signals[signal].name.clone(),
+                };
+                routed.trace.error = Some((error.code(), error.fault()));
+                routed
+                    .trace
+                    .plugins
+                    .push(("jailbreak_guard", "withheld answer".to_owned()));
+                routed.action = Action::Respond(error.reply());
+            }
+        }
+        Action::Respond(_) => {}
+    }
+    routed
 }
 
 /// Binds the grounding check to a forwarded request, or runs it on an answer already in hand
@@ -143,17 +193,7 @@ async fn ground(snapshot: &Snapshot, mut routed: Routed, check: GroundingCheck) 
     match &mut routed.action {
         Action::Forward(forward) => forward.grounding = Some(Box::new(check)),
         Action::Respond(reply) if reply.code == "ok" => {
-            let stream = reply
-                .headers
-                .iter()
-                .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
-            let text = if stream {
-                crate::llm::usage::streamed_text(&reply.body)
-            } else {
-                let body: serde_json::Value =
-                    serde_json::from_slice(&reply.body).unwrap_or_default();
-                crate::llm::chat::reply_text(&body).to_owned()
-            };
+            let (text, stream) = reply_answer(reply);
             let verdict = check.judge(snapshot.encoder.as_deref(), &text).await;
             let mut label = verdict.label();
             if let (Some(fallback), false) = (&check.rule.fallback, verdict.grounded) {

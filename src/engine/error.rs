@@ -96,6 +96,12 @@ pub enum RouteError {
         /// The signal that matched.
         signal: String,
     },
+    /// A jailbreak guard withheld the answer.
+    #[error("mom-router withheld the answer: the {signal} check found instructions aimed at whatever reads it next (a likely prompt injection)")]
+    AnswerWithheld {
+        /// The signal that matched.
+        signal: String,
+    },
     /// The pii plugin refused the request.
     #[error("this route does not accept personal data; the request contains: {}; nothing was sent to a model", types.join(", "))]
     PiiBlocked {
@@ -131,7 +137,7 @@ impl RouteError {
             Self::PolicyUnavailable { .. } => "policy_unavailable",
             Self::LooperFailed { .. } => "looper_failed",
             Self::ContractViolated { .. } => "contract_violated",
-            Self::JailbreakBlocked { .. } => "jailbreak_blocked",
+            Self::JailbreakBlocked { .. } | Self::AnswerWithheld { .. } => "jailbreak_blocked",
             Self::PiiBlocked { .. } => "pii_blocked",
             Self::InternalAuth => "internal_auth_failed",
             Self::TooDeep(_) => "loop_detected",
@@ -148,9 +154,10 @@ impl RouteError {
             | Self::LooperFailed { .. }
             | Self::ContractViolated { .. }
             | Self::TooDeep(_) => Fault::Internal,
-            Self::InternalAuth | Self::JailbreakBlocked { .. } | Self::PiiBlocked { .. } => {
-                Fault::Client
-            }
+            Self::InternalAuth
+            | Self::JailbreakBlocked { .. }
+            | Self::AnswerWithheld { .. }
+            | Self::PiiBlocked { .. } => Fault::Client,
             Self::BadRequest(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
@@ -171,9 +178,10 @@ impl RouteError {
             }
             Self::Protocol(_) => (500, "server_error"),
             Self::LooperFailed { .. } | Self::ContractViolated { .. } => (502, "server_error"),
-            Self::InternalAuth | Self::JailbreakBlocked { .. } | Self::PiiBlocked { .. } => {
-                (403, "invalid_request_error")
-            }
+            Self::InternalAuth
+            | Self::JailbreakBlocked { .. }
+            | Self::AnswerWithheld { .. }
+            | Self::PiiBlocked { .. } => (403, "invalid_request_error"),
             Self::TooDeep(_) => (508, "server_error"),
         };
         let mut headers = Vec::new();

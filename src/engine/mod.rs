@@ -3,6 +3,7 @@
 //! (parse → signals → decision → selection → action). The only await is the shared encoder's
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 
+mod answer_guard;
 pub mod cache;
 pub mod contract;
 mod decided;
@@ -22,6 +23,7 @@ mod tools;
 mod trace;
 mod workflows;
 
+pub use answer_guard::matches as answer_matches;
 pub use error::{Fault, RouteError, MAX_DEPTH};
 pub use looper::{LooperTrace, Step};
 pub use plugins::HeaderEdits;
@@ -103,6 +105,8 @@ pub struct Forward {
     pub cache: Option<Arc<cache::CacheTicket>>,
     /// The grounding check the answer goes through in the response phase.
     pub grounding: Option<Box<grounding::GroundingCheck>>,
+    /// The jailbreak signal the answer is checked with in the response phase.
+    pub answer_guard: Option<usize>,
 }
 
 /// What happens to the request.
@@ -483,6 +487,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             masker: None,
             cache: None,
             grounding: None,
+            answer_guard: None,
         }),
         trace,
     }

@@ -52,6 +52,7 @@ pub(super) fn apply<'p>(
             Plugin::JailbreakGuard {
                 signal,
                 reroute: to,
+                ..
             } => {
                 let name = &snapshot.signals[*signal].name;
                 let matched = trace.signals.iter().any(|r| &r.name == name && r.matched);
@@ -118,9 +119,10 @@ pub(super) fn apply<'p>(
             }
             // Run by the caller: tool selection needs the encoder, the cache the state, the
             // grounding check the answer.
-            Plugin::ToolSelection { .. } | Plugin::SemanticCache(_) | Plugin::Grounding(_) => {
-                continue
-            }
+            Plugin::ToolSelection { .. }
+            | Plugin::SemanticCache(_)
+            | Plugin::Grounding(_)
+            | Plugin::ResponseValidation(_) => continue,
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
                 if *replace { "replaced" } else { "inserted" }.to_owned()

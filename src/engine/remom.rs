@@ -240,5 +240,6 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         masker: None,
         cache: None,
         grounding: None,
+        answer_guard: None,
     }
 }

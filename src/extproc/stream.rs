@@ -77,6 +77,8 @@ struct Forwarded {
     masker: Option<Arc<crate::engine::pii_mask::Masker>>,
     /// The stream's restorer, once the response streams.
     restorer: Option<crate::engine::pii_mask::SseRestorer>,
+    /// The jailbreak signal the held answer is checked with.
+    answer_guard: Option<usize>,
     /// The grounding check the held answer goes through.
     grounding: Option<Box<crate::engine::grounding::GroundingCheck>>,
     /// Where the semantic cache keeps the answer, while it may still be kept.
@@ -183,10 +185,12 @@ impl StreamState {
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
         let Routed { action, mut trace } = routed;
         for (plugin, action) in &trace.plugins {
-            let outcome = ["passed", "blocked", "rerouted", "hit", "miss", "bypassed"]
-                .into_iter()
-                .find(|o| action.starts_with(o))
-                .unwrap_or("applied");
+            let outcome = [
+                "passed", "blocked", "rerouted", "hit", "miss", "bypassed", "withheld",
+            ]
+            .into_iter()
+            .find(|o| action.starts_with(o))
+            .unwrap_or("applied");
             self.metrics
                 .plugin_actions
                 .get_or_create(&PluginLabels { plugin, outcome })
@@ -233,6 +237,7 @@ impl StreamState {
                 let masker = forward.masker.take();
                 let cache = forward.cache.take();
                 let grounding = forward.grounding.take();
+                let answer_guard = forward.answer_guard.take();
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -251,6 +256,7 @@ impl StreamState {
                     restorer: None,
                     cache,
                     grounding,
+                    answer_guard,
                     answer: Vec::new(),
                 });
                 response
@@ -316,7 +322,7 @@ impl StreamState {
             );
         }
         let checked = forwarded.contract.is_some() || forwarded.masker.is_some();
-        let grounded = forwarded.grounding.is_some();
+        let grounded = forwarded.grounding.is_some() || forwarded.answer_guard.is_some();
         let keeps = forwarded.cache.is_some();
         let watch_body = success
             && !message.end_of_stream
@@ -335,6 +341,7 @@ impl StreamState {
             // A failed response is not checked against the contract nor for grounding.
             forwarded.contract = None;
             forwarded.grounding = None;
+            forwarded.answer_guard = None;
         }
         if let (true, false, Some(masker)) = (forwarded.stream, hold, &forwarded.masker) {
             forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(

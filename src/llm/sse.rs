@@ -54,6 +54,16 @@ pub fn events(body: &Value) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// The answer text of a chat completion body in either form: the first choice's content, or
+/// its content deltas joined.
+pub fn answer_text(body: &[u8], stream: bool) -> String {
+    if stream {
+        return super::usage::streamed_text(body);
+    }
+    let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
+    super::chat::reply_text(&parsed).to_owned()
+}
+
 /// A choice as its deltas build it.
 #[derive(Default)]
 struct Assembled {

@@ -96,6 +96,7 @@ pub(super) fn compile_contract(
             RawOnViolation::Annotate => OnViolation::Annotate,
             RawOnViolation::Fail => OnViolation::Fail,
         },
+        repair: true,
     })
 }
 

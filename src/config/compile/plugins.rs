@@ -149,6 +149,14 @@ fn compile_plugin(
                 fallback,
             }))
         }
+        RawPlugin::ResponseValidation {
+            output_contract,
+            repair,
+        } => {
+            let mut contract = super::contracts::compile_contract(output_contract, path, errors)?;
+            contract.repair = *repair;
+            Some(Plugin::ResponseValidation(contract))
+        }
         RawPlugin::SystemPrompt { prompt, mode } => {
             if prompt.trim().is_empty() {
                 errors.push(format!("{path}.prompt"), "must not be empty");
@@ -233,6 +241,7 @@ fn compile_plugin(
             signal,
             action,
             model,
+            check_response,
         } => {
             let signal = guarded_signal(signal, "jailbreak", path, tables, errors, |k| {
                 matches!(k, SignalKind::Jailbreak(_))
@@ -264,6 +273,7 @@ fn compile_plugin(
             Some(Plugin::JailbreakGuard {
                 signal: signal?,
                 reroute: reroute?,
+                response: *check_response,
             })
         }
         RawPlugin::Pii {

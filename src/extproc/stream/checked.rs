@@ -32,13 +32,13 @@ impl StreamState {
         if forwarded.body_mode != BodyMode::Buffered || !message.end_of_stream {
             return false;
         }
-        if forwarded.grounding.is_some() {
+        if forwarded.grounding.is_some() || forwarded.answer_guard.is_some() {
             return true;
         }
         let Some((contract, _)) = &forwarded.contract else {
             return false;
         };
-        if forwarded.stream || self.services.client.is_none() {
+        if forwarded.stream || self.services.client.is_none() || !contract.repair {
             return false;
         }
         // Placeholders stand in for masked values: the check reads what the model wrote.
@@ -61,6 +61,9 @@ impl StreamState {
                 replaced = true;
             }
             Settled::Refused(response) => return *response,
+        }
+        if let Some(refused) = self.settle_answer_guard(&body).await {
+            return refused;
         }
         if let Some(fallback) = self.settle_grounding(&body).await {
             body = fallback;
@@ -98,7 +101,7 @@ impl StreamState {
             .model_index(&forwarded.model)
             .map(|i| &self.snapshot.models[i]);
         let (client, model) = match (&self.services.client, model) {
-            (Some(client), Some(model)) if !forwarded.stream => (client, model),
+            (Some(client), Some(model)) if !forwarded.stream && contract.repair => (client, model),
             _ => {
                 let outcome = match contract.shape.check(&text) {
                     Ok(()) => "kept",
@@ -155,17 +158,43 @@ impl StreamState {
         }
     }
 
+    /// Runs the response-side jailbreak check on a held answer: a match, or a signal that could
+    /// not answer, withholds it (403).
+    async fn settle_answer_guard(&mut self, body: &[u8]) -> Option<ProcessingResponse> {
+        let forwarded = self.forwarded.as_mut()?;
+        let signal = forwarded.answer_guard.take()?;
+        let text = crate::llm::sse::answer_text(body, forwarded.stream);
+        let matched = crate::engine::answer_matches(&self.snapshot, signal, &text).await;
+        let passed = matched == Ok(false);
+        let outcome = if passed { "passed" } else { "withheld" };
+        self.metrics
+            .plugin_actions
+            .get_or_create(&PluginLabels {
+                plugin: "jailbreak_guard",
+                outcome,
+            })
+            .inc();
+        if passed {
+            return None;
+        }
+        let forwarded = self.forwarded.as_mut()?;
+        let error = RouteError::AnswerWithheld {
+            signal: self.snapshot.signals[signal].name.clone(),
+        };
+        let mut trace = forwarded.trace.clone();
+        trace.error = Some((error.code(), error.fault()));
+        trace
+            .plugins
+            .push(("jailbreak_guard", "withheld answer".to_owned()));
+        Some(convert::immediate(&error.reply(), &trace))
+    }
+
     /// Runs the grounding check on a held answer; returns the fallback answer that replaces an
     /// unsupported one when the rule fails closed.
     async fn settle_grounding(&mut self, body: &[u8]) -> Option<Vec<u8>> {
         let forwarded = self.forwarded.as_mut()?;
         let check = forwarded.grounding.take()?;
-        let text = if forwarded.stream {
-            crate::llm::usage::streamed_text(body)
-        } else {
-            let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
-            reply_text(&parsed).to_owned()
-        };
+        let text = crate::llm::sse::answer_text(body, forwarded.stream);
         let verdict = check.judge(self.snapshot.encoder.as_deref(), &text).await;
         let fallback = match (&check.rule.fallback, verdict.grounded) {
             (Some(fallback), false) => Some(fallback),
@@ -297,14 +326,24 @@ impl StreamState {
         } else {
             crate::llm::usage::streamed_text(&forwarded.collected)
         };
-        // Kept, or broken with no way to repair: streamed bytes are already with the client.
-        let outcome = match contract.shape.check(&text) {
-            Ok(()) => "kept",
-            Err(_) => "violated",
-        };
-        forwarded.trace.contract = Some((contract.shape.name(), outcome.to_owned()));
+        // Kept, or broken with no repair asked for: streamed bytes are already with the client,
+        // a held answer can still be refused.
+        let checked = contract.shape.check(&text);
+        let outcome = if checked.is_ok() { "kept" } else { "violated" };
+        let name = contract.shape.name();
+        let refuse = held && contract.on_violation == crate::config::OnViolation::Fail;
+        forwarded.trace.contract = Some((name, outcome.to_owned()));
         forwarded.contract = None;
-        let trace = forwarded.trace.clone();
+        let mut trace = forwarded.trace.clone();
+        if let (Err(reason), true) = (checked, refuse) {
+            let error = RouteError::ContractViolated {
+                contract: name,
+                reason,
+            };
+            trace.error = Some((error.code(), error.fault()));
+            self.count_contract(&trace);
+            return (convert::immediate(&error.reply(), &trace), None);
+        }
         self.count_contract(&trace);
         (
             convert::checked_response_body(Some(&trace), replaced, held),
