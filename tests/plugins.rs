@@ -229,6 +229,24 @@ async fn masked_values_never_reach_the_model_and_come_back_in_json_and_sse() {
         !joined.contains('[') && events.ends_with("data: [DONE]\n\n"),
         "{events}"
     );
+
+    // Values in earlier tool calls' arguments and tool results are masked too.
+    let history = json!({"model": "mom/private", "messages": [
+        {"role": "user", "content": "Send the report to jane.doe@example.com"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "send", "arguments": "{\"to\":\"jane.doe@example.com\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "delivered to jane.doe@example.com"},
+        {"role": "user", "content": "Thanks, did it arrive?"}]});
+    small.queue(&["Yes."]);
+    let response = stack.chat(&history, "masked-tools").await;
+    assert_eq!(response.status(), 200);
+    let raw = String::from_utf8_lossy(&small.seen.lock().unwrap()[2].body).into_owned();
+    assert!(!raw.contains("jane.doe"), "{raw}");
+    let upstream = &small.bodies()[2]["messages"];
+    assert_eq!(
+        upstream[1]["tool_calls"][0]["function"]["arguments"],
+        "{\"to\":\"[EMAIL_1]\"}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

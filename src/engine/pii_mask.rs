@@ -34,6 +34,13 @@ impl Masker {
                 }
                 _ => {}
             }
+            // Arguments the model passed to tools earlier in the conversation (JSON text; a
+            // placeholder keeps it valid JSON).
+            for call in message["tool_calls"].as_array_mut().into_iter().flatten() {
+                if let Some(Value::String(arguments)) = call["function"].get_mut("arguments") {
+                    *arguments = masker.mask_text(arguments, &masks);
+                }
+            }
         }
         masker
     }
@@ -91,11 +98,17 @@ impl Masker {
         out
     }
 
-    /// Restores every choice's message content of a chat completion.
+    /// Restores every choice's message content and tool-call arguments of a chat completion.
     pub fn restore_reply(&self, body: &mut Value) {
         for choice in body["choices"].as_array_mut().into_iter().flatten() {
-            if let Some(text) = choice["message"]["content"].as_str() {
-                choice["message"]["content"] = json!(self.restore(text));
+            let message = &mut choice["message"];
+            if let Some(text) = message["content"].as_str() {
+                message["content"] = json!(self.restore(text));
+            }
+            for call in message["tool_calls"].as_array_mut().into_iter().flatten() {
+                if let Some(arguments) = call["function"]["arguments"].as_str() {
+                    call["function"]["arguments"] = json!(self.restore(arguments));
+                }
             }
         }
     }
@@ -158,12 +171,15 @@ impl StreamRestorer {
 
 /// Restores placeholders in a server-sent-events body as it passes, chunk by chunk: each
 /// complete `data:` line's `choices[].delta.content` goes through a [`StreamRestorer`] per
-/// choice; text held at the end is sent in one more chunk before `data: [DONE]`.
+/// choice, and each tool call's `function.arguments` deltas through one per call; text held at
+/// the end is sent in one more chunk before `data: [DONE]`.
 #[derive(Debug)]
 pub struct SseRestorer {
     masker: Arc<Masker>,
     partial: Vec<u8>,
     choices: Vec<StreamRestorer>,
+    /// Tool-call arguments by (choice index, call index).
+    calls: Vec<((usize, u64), StreamRestorer)>,
     template: Option<Value>,
 }
 
@@ -174,6 +190,7 @@ impl SseRestorer {
             masker,
             partial: Vec::new(),
             choices: Vec::new(),
+            calls: Vec::new(),
             template: None,
         }
     }
@@ -214,7 +231,11 @@ impl SseRestorer {
         // A placeholder, or the start of one, is `[` then an upper-case letter or the end of the
         // text (`"` in JSON); JSON's own arrays open with `[{`, `[]` or `[0`. An event without
         // one, while nothing is held, passes as it is, unparsed.
-        let holding = self.choices.iter().any(|c| !c.held.is_empty());
+        let holding = self
+            .choices
+            .iter()
+            .chain(self.calls.iter().map(|(_, c)| c))
+            .any(|c| !c.held.is_empty());
         let maybe = payload
             .windows(2)
             .any(|w| w[0] == b'[' && (w[1].is_ascii_uppercase() || w[1] == b'"'));
@@ -240,6 +261,23 @@ impl SseRestorer {
                 }
                 choice["delta"]["content"] = json!(self.choices[index].push(text));
             }
+            let calls = choice["delta"]["tool_calls"].as_array_mut();
+            for (j, call) in calls.into_iter().flatten().enumerate() {
+                let Some(arguments) = call["function"]["arguments"].as_str() else {
+                    continue;
+                };
+                let key = (index, call["index"].as_u64().unwrap_or(j as u64));
+                let position = match self.calls.iter().position(|(k, _)| *k == key) {
+                    Some(p) => p,
+                    None => {
+                        let restorer = StreamRestorer::new(Arc::clone(&self.masker));
+                        self.calls.push((key, restorer));
+                        self.calls.len() - 1
+                    }
+                };
+                let restored = self.calls[position].1.push(arguments);
+                call["function"]["arguments"] = json!(restored);
+            }
         }
         self.template = Some(chunk.clone());
         out.extend_from_slice(b"data: ");
@@ -261,6 +299,20 @@ impl SseRestorer {
                 .unwrap_or_else(|| json!({"object": "chat.completion.chunk", "choices": []}));
             chunk["choices"] =
                 json!([{"index": index, "delta": {"content": text}, "finish_reason": null}]);
+            chunk.as_object_mut().map(|o| o.remove("usage"));
+            out.extend_from_slice(format!("data: {chunk}\n\n").as_bytes());
+        }
+        for ((index, call), restorer) in &mut self.calls {
+            let text = restorer.flush();
+            if text.is_empty() {
+                continue;
+            }
+            let mut chunk = self
+                .template
+                .clone()
+                .unwrap_or_else(|| json!({"object": "chat.completion.chunk", "choices": []}));
+            let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": text}}]});
+            chunk["choices"] = json!([{"index": index, "delta": delta, "finish_reason": null}]);
             chunk.as_object_mut().map(|o| o.remove("usage"));
             out.extend_from_slice(format!("data: {chunk}\n\n").as_bytes());
         }
@@ -295,6 +347,52 @@ mod tests {
             masker.restore("Sent to [EMAIL_2] and [EMAIL_1]."),
             "Sent to bob@example.org and jane.doe@example.com."
         );
+    }
+
+    #[test]
+    fn tool_call_arguments_are_masked_and_restored_in_json_and_events() {
+        let mut object = json!({"messages": [
+            {"role": "user", "content": "Mail the report"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "send", "arguments": "{\"to\":\"jane.doe@example.com\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sent to jane.doe@example.com"}]})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+        let masker = Arc::new(Masker::mask(&mut object, |_| true));
+        let arguments = &object["messages"][1]["tool_calls"][0]["function"]["arguments"];
+        assert_eq!(arguments, "{\"to\":\"[EMAIL_1]\"}");
+        assert_eq!(object["messages"][2]["content"], "sent to [EMAIL_1]");
+
+        let reply = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "c2", "type": "function",
+                "function": {"name": "send", "arguments": "{\"cc\":\"[EMAIL_1]\"}"}}]}}]});
+        let restored: Value =
+            serde_json::from_slice(&masker.restore_body(reply.to_string().as_bytes()))
+                .unwrap_or_default();
+        let arguments =
+            &restored["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+        assert_eq!(arguments, "{\"cc\":\"jane.doe@example.com\"}");
+
+        // Streamed: the placeholder split across two argument deltas.
+        let delta = |arguments: &str| {
+            let call = json!({"index": 0, "function": {"arguments": arguments}});
+            format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]})
+            )
+        };
+        let finish = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]});
+        let body = [
+            delta("{\"cc\":\"[EMA"),
+            delta("IL_1]\"}"),
+            format!("data: {finish}\n\ndata: [DONE]\n\n"),
+        ]
+        .concat();
+        let out = masker.restore_body(body.as_bytes());
+        let joined = crate::llm::sse::assemble(&out).unwrap_or_default();
+        let arguments = &joined["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+        assert_eq!(arguments, "{\"cc\":\"jane.doe@example.com\"}");
     }
 
     #[test]
