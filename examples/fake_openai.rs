@@ -1,5 +1,6 @@
 //! A deterministic FAKE OpenAI-compatible backend (no language model) for the quickstart's
-//! `--fake` mode and for load tests: `cargo run --release --example fake_openai -- PORT NAME`.
+//! `--fake` mode and for load tests: `cargo run --release --example fake_openai -- PORT NAME`
+//! (`FAKE_DELAY_MS` delays every answer, `FAKE_CHUNK_PAUSE_MS` paces streamed chunks).
 
 #[expect(dead_code, reason = "the request log is read by the tests only")]
 #[path = "../tests/support/fake_openai.rs"]
@@ -24,6 +25,11 @@ async fn main() -> anyhow::Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(150),
     );
+    // FAKE_DELAY_MS: every answer waits this long first (a stand-in for a model's latency).
+    let delay = std::env::var("FAKE_DELAY_MS").ok().and_then(|v| v.parse().ok());
+    backend
+        .delay_ms
+        .store(delay.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     fake_openai::serve(listener, backend).await?;
     Ok(())
 }
