@@ -26,7 +26,9 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or(150),
     );
     // FAKE_DELAY_MS: every answer waits this long first (a stand-in for a model's latency).
-    let delay = std::env::var("FAKE_DELAY_MS").ok().and_then(|v| v.parse().ok());
+    let delay = std::env::var("FAKE_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     backend
         .delay_ms
         .store(delay.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);

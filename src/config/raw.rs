@@ -7,7 +7,8 @@ use serde::Deserialize;
 pub use super::raw_contract::{RawContractKind, RawOnViolation, RawOutputContract};
 pub use super::raw_identity::{RawBounds, RawIdentity, RawObjective, RawPolicy};
 pub use super::raw_plugin::{
-    RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode,
+    RawCache, RawGrounding, RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin,
+    RawPromptMode,
 };
 pub use super::raw_selection::{
     RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,

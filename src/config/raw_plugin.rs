@@ -63,37 +63,11 @@ pub enum RawPlugin {
     /// Answers a request from earlier answers: the same conversation asked again (exact), or
     /// its last user message in other words (`threshold`: embedding cosine), never across
     /// different system prompts, history, tools, parameters, identity, model or scope.
-    SemanticCache {
-        /// Cosine at or above which a stored answer serves a paraphrase; exact matches only when
-        /// absent.
-        threshold: Option<f64>,
-        /// How long an answer is kept; default 600.
-        ttl_seconds: Option<u64>,
-        /// Also keep answers in Redis for every replica (needs `state.backend: redis`).
-        #[serde(default)]
-        shared: bool,
-        /// Request headers whose values scope answers (tenant, user); default `x-tenant-id`,
-        /// `x-user-id`.
-        scope_headers: Option<Vec<String>>,
-        /// How long an identical request waits for one already upstream; default 1000.
-        wait_ms: Option<u64>,
-    },
+    SemanticCache(RawCache),
     /// Checks each sentence of the answer against the context the request provided (system,
     /// user and tool messages) by meaning and by shared words; an answer not supported enough
     /// is flagged (`warn`) or replaced by the declared fallback answer (`fail`).
-    Grounding {
-        /// Score at or above which a sentence counts as supported; default 0.65.
-        threshold: Option<f64>,
-        /// Weight of word overlap in a sentence's score (the rest is cosine); default 0.4.
-        lexical_weight: Option<f64>,
-        /// Share of the answer's sentences that must be supported; default 1.
-        min_supported: Option<f64>,
-        /// `warn` (default): `x-mom-grounding` says so; `fail`: the fallback answer instead.
-        #[serde(default)]
-        on_fail: RawGroundingAction,
-        /// The answer given instead of an unsupported one (`onFail: fail`).
-        fallback: Option<String>,
-    },
+    Grounding(RawGrounding),
     /// Checks the forwarded answer against an output contract (when the winning decision has
     /// none of its own): annotated, repaired once through the same model, or refused.
     ResponseValidation {
@@ -165,4 +139,40 @@ pub enum RawGroundingAction {
     Warn,
     /// Deliver the declared fallback answer instead.
     Fail,
+}
+
+/// The semantic cache plugin as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCache {
+    /// Cosine at or above which a stored answer serves a paraphrase; exact matches only when
+    /// absent.
+    pub threshold: Option<f64>,
+    /// How long an answer is kept; default 600.
+    pub ttl_seconds: Option<u64>,
+    /// Also keep answers in Redis for every replica (needs `state.backend: redis`).
+    #[serde(default)]
+    pub shared: bool,
+    /// Request headers whose values scope answers (tenant, user); default `x-tenant-id`,
+    /// `x-user-id`.
+    pub scope_headers: Option<Vec<String>>,
+    /// How long an identical request waits for one already upstream; default 1000.
+    pub wait_ms: Option<u64>,
+}
+
+/// The grounding plugin as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawGrounding {
+    /// Score at or above which a sentence counts as supported; default 0.65.
+    pub threshold: Option<f64>,
+    /// Weight of word overlap in a sentence's score (the rest is cosine); default 0.4.
+    pub lexical_weight: Option<f64>,
+    /// Share of the answer's sentences that must be supported; default 1.
+    pub min_supported: Option<f64>,
+    /// `warn` (default): `x-mom-grounding` says so; `fail`: the fallback answer instead.
+    #[serde(default)]
+    pub on_fail: RawGroundingAction,
+    /// The answer given instead of an unsupported one (`onFail: fail`).
+    pub fallback: Option<String>,
 }

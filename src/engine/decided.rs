@@ -1,6 +1,8 @@
 //! What happens once the decision is made: the plugins (guards may refuse or reroute, rewrites
-//! change the request), then the decision's recipe or its single model (with session
-//! continuity), then the output contract and header edits bound to the forwarded request.
+//! change the request), the semantic cache (a hit answers now), then the decision's recipe or its
+//! single model (with session continuity); last, what the response phase needs is bound to the
+//! forwarded request — output contract, grounding check, answer guard, header edits, masked
+//! placeholders, cache ticket — or run at once on an answer already in hand.
 
 use super::cache::{self, CacheTicket, Consulted};
 use super::grounding::GroundingCheck;
@@ -8,7 +10,7 @@ use super::pii_mask::Masker;
 use super::plugins::{self, HeaderEdits};
 use super::{contract, forward, recipe, refusal, session, tools};
 use super::{Action, LooperTrace, Routed, Services, Trace};
-use crate::config::{Contract, Decision, Identity, Plugin, Snapshot};
+use crate::config::{Contract, Decision, Identity, Snapshot};
 use crate::llm::{ChatRequest, Headers};
 use crate::state::StateStore;
 use std::sync::Arc;
@@ -47,31 +49,13 @@ pub(super) async fn carry_out(
     let mut edits = HeaderEdits::default();
     let decision_plugins = decision.map_or(&[][..], |d| d.plugins.as_slice());
     let plugins = identity.plugins.iter().chain(decision_plugins);
+    let deferred = plugins::Deferred::of(plugins.clone());
     // The cache keys the client's request as sent, before any plugin rewrites it.
-    let cache_rule = plugins.clone().find_map(|p| match p {
-        Plugin::SemanticCache(rule) => Some(rule),
-        _ => None,
-    });
-    let model_name = &snapshot.models[chosen].name;
-    let cache_key = cache_rule.map(|rule| cache::key(rule, &trace, model_name, headers, &request));
+    let model = &snapshot.models[chosen];
+    let cache_key = deferred
+        .cache
+        .map(|rule| cache::key(rule, &trace, &model.name, headers, &request));
     let stream = request.stream;
-    // A decision's own output contract comes first; a response_validation plugin stands in.
-    let validation = plugins.clone().find_map(|p| match p {
-        Plugin::ResponseValidation(contract) => Some(contract),
-        _ => None,
-    });
-    let answer_guard = plugins.clone().find_map(|p| match p {
-        Plugin::JailbreakGuard {
-            signal,
-            response: true,
-            ..
-        } => Some(*signal),
-        _ => None,
-    });
-    let grounding_rule = plugins.clone().find_map(|p| match p {
-        Plugin::Grounding(rule) => Some(rule),
-        _ => None,
-    });
     let applied = match plugins::apply(snapshot, plugins, &mut request, &mut edits, &mut trace) {
         Ok(applied) => applied,
         Err(error) => {
@@ -90,8 +74,10 @@ pub(super) async fn carry_out(
         trace.plugins.push(("tool_selection", action));
     }
     // The context an answer must be grounded in, as the models see it.
-    let grounding = grounding_rule.map(|rule| GroundingCheck::new(rule, &request));
-    let mut kept = None;
+    let grounding = deferred
+        .grounding
+        .map(|rule| GroundingCheck::new(rule, &request));
+    let mut ticket = None;
     let routed = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(
@@ -100,27 +86,31 @@ pub(super) async fn carry_out(
         );
         forward(trace, request, &snapshot.models[model])
     } else {
-        if let (Some(rule), Some(key)) = (cache_rule, cache_key) {
+        if let (Some(rule), Some(key)) = (deferred.cache, cache_key) {
             let query = query.clone();
-            match cache::consult(state, rule, key, query, headers, stream).await {
-                Consulted::Hit(reply, action) => {
-                    trace.plugins.push((cache::PLUGIN, action));
-                    trace.model = Some(model_name.clone());
-                    trace.provider_model = Some(snapshot.models[chosen].provider_model.clone());
-                    return Routed {
-                        action: Action::Respond(reply),
-                        trace,
-                    };
+            let consulted = cache::consult(state, rule, key, query, headers, stream).await;
+            let (found, action) = match consulted {
+                Consulted::Hit(reply, action) => (Some(reply), action),
+                Consulted::Miss(miss, action) => {
+                    ticket = miss;
+                    (None, action)
                 }
-                Consulted::Miss(ticket, action) => {
-                    trace.plugins.push((cache::PLUGIN, action));
-                    kept = ticket;
-                }
+            };
+            trace.plugins.push((cache::PLUGIN, action));
+            if let Some(reply) = found {
+                trace.model = Some(model.name.clone());
+                trace.provider_model = Some(model.provider_model.clone());
+                return Routed {
+                    action: Action::Respond(reply),
+                    trace,
+                };
             }
         }
         // The contract's instruction joins the request once: every later call — tentative,
         // panel, synthesis, escalation, a plain forward — carries it.
-        let contract = decision.and_then(|d| d.contract.as_ref()).or(validation);
+        let contract = decision
+            .and_then(|d| d.contract.as_ref())
+            .or(deferred.contract);
         if let Some(contract) = contract {
             contract::instruct(request.object_mut(), &contract.shape);
         }
@@ -147,11 +137,11 @@ pub(super) async fn carry_out(
         Some(check) => ground(snapshot, routed, check).await,
         None => routed,
     };
-    let routed = match answer_guard {
+    let routed = match deferred.answer_guard {
         Some(signal) => guard_answer(snapshot, routed, signal).await,
         None => routed,
     };
-    finish(routed, edits, applied.masker, kept, state, stream)
+    finish(routed, edits, applied.masker, ticket, state, stream)
 }
 
 /// The answer text of a reply mom-router gives itself, and whether it streams.
@@ -238,7 +228,13 @@ fn finish(
             if let Some(masker) = masker {
                 reply.body = masker.restore_body(&reply.body);
             }
-            let answer = cache::keepable(&reply.body, stream);
+            // An answer the grounding check did not pass is not kept.
+            let grounded = routed
+                .trace
+                .grounding
+                .as_ref()
+                .is_none_or(|label| label.starts_with("grounded"));
+            let answer = cache::keepable(&reply.body, stream).filter(|_| grounded);
             if let (Some(ticket), Some(answer)) = (ticket, answer) {
                 cache::keep(state, &ticket, answer);
             }

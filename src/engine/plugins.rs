@@ -5,7 +5,7 @@
 
 use super::pii_mask::Masker;
 use super::{RouteError, Trace};
-use crate::config::{Plugin, Snapshot};
+use crate::config::{CacheRule, Contract, GroundingRule, Plugin, Snapshot};
 use crate::llm::ChatRequest;
 use crate::signals::pii_patterns::PiiKind;
 use serde_json::{json, Value};
@@ -30,6 +30,48 @@ pub(super) struct Applied {
     /// Tools to keep when a tool_selection plugin runs (it needs the encoder: run by the
     /// caller).
     pub tool_top_k: Option<usize>,
+}
+
+/// Plugins the caller runs around the request rather than on it (the first of each kind).
+#[derive(Debug, Default)]
+pub(super) struct Deferred<'p> {
+    /// The semantic cache: looked up before any model call, fed by the answer.
+    pub cache: Option<&'p CacheRule>,
+    /// A response_validation contract (when the decision has none of its own).
+    pub contract: Option<&'p Contract>,
+    /// The jailbreak signal a guard runs on the answer too.
+    pub answer_guard: Option<usize>,
+    /// The grounding check of the answer.
+    pub grounding: Option<&'p GroundingRule>,
+}
+
+impl<'p> Deferred<'p> {
+    /// Finds them among `plugins`.
+    pub(super) fn of(plugins: impl Iterator<Item = &'p Plugin>) -> Self {
+        let mut deferred = Self::default();
+        for plugin in plugins {
+            match plugin {
+                Plugin::SemanticCache(rule) => {
+                    deferred.cache.get_or_insert(rule);
+                }
+                Plugin::ResponseValidation(contract) => {
+                    deferred.contract.get_or_insert(contract);
+                }
+                Plugin::JailbreakGuard {
+                    signal,
+                    response: true,
+                    ..
+                } => {
+                    deferred.answer_guard.get_or_insert(*signal);
+                }
+                Plugin::Grounding(rule) => {
+                    deferred.grounding.get_or_insert(rule);
+                }
+                _ => {}
+            }
+        }
+        deferred
+    }
 }
 
 /// Runs `plugins` on `request`. Each plugin's action is added to `trace.plugins`.

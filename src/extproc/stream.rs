@@ -1,6 +1,7 @@
 //! One ext_proc stream (one HTTP request) as a state struct with one function per phase.
 
 mod checked;
+mod settle;
 
 use super::convert;
 use crate::config::Snapshot;

@@ -324,7 +324,7 @@ fn policies(
                 identity
                     .plugins
                     .iter()
-                    .any(|p| matches!(p, crate::config::raw::RawPlugin::Grounding { .. })),
+                    .any(|p| matches!(p, crate::config::raw::RawPlugin::Grounding(_))),
             ),
         };
         if !present {

@@ -3,6 +3,7 @@
 //! [`signals`], the models they use in [`models`].
 
 mod algorithms;
+mod answer_plugins;
 mod contracts;
 mod heads;
 mod identities;
@@ -52,7 +53,10 @@ fn check_shared_caches(raw: &RawConfig, errors: &mut Errors) {
         );
     for (path, plugins) in plugins {
         for (j, plugin) in plugins.iter().enumerate() {
-            if let crate::config::raw::RawPlugin::SemanticCache { shared: true, .. } = plugin {
+            if let crate::config::raw::RawPlugin::SemanticCache(cache) = plugin {
+                if !cache.shared {
+                    continue;
+                }
                 errors.push(
                     format!("{path}.plugins[{j}].shared"),
                     "a shared cache keeps answers in Redis; set state.backend: redis with state.redis.url",

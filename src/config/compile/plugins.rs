@@ -2,10 +2,8 @@
 //! kind, reroute targets and header names checked, parameters that would break routing refused.
 
 use crate::config::error::Errors;
-use crate::config::plugin::{CacheRule, GroundingRule, Plugin};
-use crate::config::raw::{
-    RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode,
-};
+use crate::config::plugin::Plugin;
+use crate::config::raw::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
 use crate::signals::pii_patterns::PiiKind;
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
@@ -73,81 +71,11 @@ fn compile_plugin(
             }
             Some(Plugin::ToolSelection { top_k: *top_k })
         }
-        RawPlugin::SemanticCache {
-            threshold,
-            ttl_seconds,
-            shared,
-            scope_headers,
-            wait_ms,
-        } => compile_cache(
-            CacheFields {
-                threshold: *threshold,
-                ttl_seconds: *ttl_seconds,
-                shared: *shared,
-                scope_headers: scope_headers.as_deref(),
-                wait_ms: *wait_ms,
-            },
-            path,
-            tables,
-            errors,
-        ),
-        RawPlugin::Grounding {
-            threshold,
-            lexical_weight,
-            min_supported,
-            on_fail,
-            fallback,
-        } => {
-            let mut ok = true;
-            let mut share = |field: &str, value: Option<f64>, default: f64| {
-                let value = value.unwrap_or(default);
-                if !(0.0..=1.0).contains(&value) {
-                    errors.push(
-                        format!("{path}.{field}"),
-                        format!("{value} is outside [0, 1]"),
-                    );
-                    ok = false;
-                }
-                value as f32
-            };
-            let threshold = share("threshold", *threshold, 0.65);
-            let lexical_weight = share("lexicalWeight", *lexical_weight, 0.4);
-            let min_supported = share("minSupported", *min_supported, 1.0);
-            let fallback = match (on_fail, fallback) {
-                (RawGroundingAction::Fail, Some(text)) if !text.trim().is_empty() => {
-                    Some(text.clone())
-                }
-                (RawGroundingAction::Fail, _) => {
-                    errors.push(
-                        format!("{path}.fallback"),
-                        "onFail: fail answers with the declared fallback; write it",
-                    );
-                    ok = false;
-                    None
-                }
-                (RawGroundingAction::Warn, Some(_)) => {
-                    errors.push(
-                        format!("{path}.fallback"),
-                        "only onFail: fail answers with a fallback",
-                    );
-                    ok = false;
-                    None
-                }
-                (RawGroundingAction::Warn, None) => None,
-            };
-            if !tables.encoder {
-                errors.push(
-                    path.to_owned(),
-                    "grounding compares the answer with the context by meaning; configure inference.encoder",
-                );
-                ok = false;
-            }
-            ok.then_some(Plugin::Grounding(GroundingRule {
-                threshold,
-                lexical_weight,
-                min_supported,
-                fallback,
-            }))
+        RawPlugin::SemanticCache(raw) => {
+            super::answer_plugins::compile_cache(raw, path, tables, errors)
+        }
+        RawPlugin::Grounding(raw) => {
+            super::answer_plugins::compile_grounding(raw, path, tables, errors)
         }
         RawPlugin::ResponseValidation {
             output_contract,
@@ -321,84 +249,6 @@ fn compile_plugin(
             })
         }
     }
-}
-
-/// The semantic cache plugin's fields as written.
-struct CacheFields<'a> {
-    threshold: Option<f64>,
-    ttl_seconds: Option<u64>,
-    shared: bool,
-    scope_headers: Option<&'a [String]>,
-    wait_ms: Option<u64>,
-}
-
-/// Longest answer lifetime accepted (a week).
-const MAX_CACHE_TTL_SECONDS: u64 = 7 * 24 * 3600;
-
-fn compile_cache(
-    raw: CacheFields<'_>,
-    path: &str,
-    tables: &PluginTables<'_>,
-    errors: &mut Errors,
-) -> Option<Plugin> {
-    let mut ok = true;
-    if let Some(threshold) = raw.threshold {
-        if !(threshold > 0.0 && threshold <= 1.0) {
-            errors.push(
-                format!("{path}.threshold"),
-                format!("{threshold} is not a cosine in (0, 1]"),
-            );
-            ok = false;
-        } else if !tables.encoder {
-            errors.push(
-                format!("{path}.threshold"),
-                "a semantic lookup compares requests by meaning; configure inference.encoder or drop threshold for exact matches only",
-            );
-            ok = false;
-        }
-    }
-    let ttl = raw.ttl_seconds.unwrap_or(600);
-    if ttl == 0 || ttl > MAX_CACHE_TTL_SECONDS {
-        errors.push(
-            format!("{path}.ttlSeconds"),
-            format!("{ttl} is outside 1..={MAX_CACHE_TTL_SECONDS}"),
-        );
-        ok = false;
-    }
-    let wait = raw.wait_ms.unwrap_or(1000);
-    if wait > 60_000 {
-        errors.push(
-            format!("{path}.waitMs"),
-            format!("{wait} is longer than Envoy's longest message timeout (60000)"),
-        );
-        ok = false;
-    }
-    let scope_headers: Vec<String> = match raw.scope_headers {
-        Some(names) => names.iter().map(|n| n.to_ascii_lowercase()).collect(),
-        None => vec!["x-tenant-id".to_owned(), "x-user-id".to_owned()],
-    };
-    for name in &scope_headers {
-        let valid = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-        if !valid {
-            errors.push(
-                format!("{path}.scopeHeaders"),
-                format!("{name:?} is not a header name (letters, digits, '-', '_')"),
-            );
-            ok = false;
-        }
-    }
-    ok.then(|| {
-        Plugin::SemanticCache(CacheRule {
-            threshold: raw.threshold.map(|t| t as f32),
-            ttl: std::time::Duration::from_secs(ttl),
-            shared: raw.shared,
-            scope_headers,
-            wait: std::time::Duration::from_millis(wait),
-        })
-    })
 }
 
 /// The index of signal `name`, which must be of kind `kind`.
