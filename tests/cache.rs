@@ -13,7 +13,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
-use support::stack::{header, Stack};
+use support::stack::{header, streamed, Stack};
 
 const POLICY: &str = r#"
 version: cache-test
@@ -47,20 +47,6 @@ async fn post(stack: &Stack, body: &Value, headers: &[(&str, &str)]) -> reqwest:
 
 fn content(body: &Value) -> &str {
     body["choices"][0]["message"]["content"].as_str().unwrap()
-}
-
-/// The content of a server-sent-events body, joined.
-fn streamed(text: &str) -> String {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

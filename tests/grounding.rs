@@ -12,7 +12,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::stack::{header, Stack};
+use support::stack::{header, streamed, Stack};
 
 const CONTEXT: &str = "The Eiffel Tower in Paris was completed in 1889. It is 330 metres tall \
     and was built by the engineering company of Gustave Eiffel for the World's Fair.";
@@ -20,12 +20,7 @@ const FALLBACK: &str = "I cannot answer that from the provided context.";
 const MODEL: &str = "qwen2.5-coder-0.5b";
 
 fn config() -> String {
-    let text =
-        std::fs::read_to_string(support::repo().join("examples/identities/config.yaml")).unwrap();
-    text.replace(
-        "../../.cache",
-        &support::repo().join(".cache").display().to_string(),
-    )
+    support::sidecar::example_config("identities")
 }
 
 fn question(stream: bool) -> Value {
@@ -36,18 +31,6 @@ fn question(stream: bool) -> Value {
 
 fn content(body: &Value) -> &str {
     body["choices"][0]["message"]["content"].as_str().unwrap()
-}
-
-fn streamed(text: &str) -> String {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,12 +16,7 @@ use std::time::Duration;
 use support::stack::{header, Stack};
 
 fn config() -> String {
-    let text =
-        std::fs::read_to_string(support::repo().join("examples/identities/config.yaml")).unwrap();
-    text.replace(
-        "../../.cache",
-        &support::repo().join(".cache").display().to_string(),
-    )
+    support::sidecar::example_config("identities")
 }
 
 fn ask_as(identity: &str, text: &str) -> Value {

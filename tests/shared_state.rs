@@ -40,6 +40,15 @@ decisions:
     )
 }
 
+/// The sum of the metric lines starting with `prefix`.
+fn counter(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 async fn post_outcome(client: &reqwest::Client, sidecar: &Sidecar, body: &Value) -> u16 {
     let url = format!("{}/v1/outcomes", sidecar.admin_url());
     let response = client.post(url).json(body).send().await.unwrap();
@@ -47,11 +56,7 @@ async fn post_outcome(client: &reqwest::Client, sidecar: &Sidecar, body: &Value)
 }
 
 fn routed_count(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("mom_routed_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    counter(metrics, "mom_routed_requests_total{")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,14 +248,6 @@ async fn a_session_keeps_its_model_across_turns_and_replicas_until_policy_moves_
         first_replica >= 5 && second_replica >= 5,
         "{first_replica} / {second_replica}"
     );
-}
-
-fn counter(metrics: &str, prefix: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

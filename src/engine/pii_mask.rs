@@ -287,31 +287,26 @@ impl SseRestorer {
 
     /// One more chunk carrying text still held back, if any (then nothing is held).
     fn held_event(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut deltas = Vec::new();
         for (index, restorer) in self.choices.iter_mut().enumerate() {
             let text = restorer.flush();
-            if text.is_empty() {
-                continue;
+            if !text.is_empty() {
+                deltas.push((index, json!({"content": text})));
             }
-            let mut chunk = self
-                .template
-                .clone()
-                .unwrap_or_else(|| json!({"object": "chat.completion.chunk", "choices": []}));
-            chunk["choices"] =
-                json!([{"index": index, "delta": {"content": text}, "finish_reason": null}]);
-            chunk.as_object_mut().map(|o| o.remove("usage"));
-            out.extend_from_slice(format!("data: {chunk}\n\n").as_bytes());
         }
         for ((index, call), restorer) in &mut self.calls {
             let text = restorer.flush();
-            if text.is_empty() {
-                continue;
+            if !text.is_empty() {
+                let call = json!({"index": call, "function": {"arguments": text}});
+                deltas.push((*index, json!({ "tool_calls": [call] })));
             }
+        }
+        let mut out = Vec::new();
+        for (index, delta) in deltas {
             let mut chunk = self
                 .template
                 .clone()
                 .unwrap_or_else(|| json!({"object": "chat.completion.chunk", "choices": []}));
-            let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": text}}]});
             chunk["choices"] = json!([{"index": index, "delta": delta, "finish_reason": null}]);
             chunk.as_object_mut().map(|o| o.remove("usage"));
             out.extend_from_slice(format!("data: {chunk}\n\n").as_bytes());

@@ -90,8 +90,13 @@ pub fn quickstart_config() -> String {
 
 /// The neural example policy, with its model paths made absolute for a config in a temp dir.
 pub fn semantic_config() -> String {
-    let text =
-        std::fs::read_to_string(super::repo().join("examples/semantic/config.yaml")).unwrap();
+    example_config("semantic")
+}
+
+/// `examples/NAME/config.yaml`, with its model paths made absolute for a config in a temp dir.
+pub fn example_config(name: &str) -> String {
+    let path = super::repo().join(format!("examples/{name}/config.yaml"));
+    let text = std::fs::read_to_string(path).unwrap();
     text.replace(
         "../../.cache",
         &super::repo().join(".cache").display().to_string(),

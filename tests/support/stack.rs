@@ -149,6 +149,19 @@ impl Stack {
     }
 }
 
+/// The first choice's content deltas of a server-sent-events body, joined.
+pub fn streamed(text: &str) -> String {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
 /// A `mom/auto` request with one user message.
 pub fn ask(text: &str) -> Value {
     json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]})

@@ -1,7 +1,7 @@
 //! The plugins that act on the answer rather than the request — the semantic cache and the
 //! grounding check — checked and compiled.
 
-use super::plugins::PluginTables;
+use super::plugins::{is_header_name, PluginTables};
 use crate::config::error::Errors;
 use crate::config::plugin::{CacheRule, GroundingRule, Plugin};
 use crate::config::raw::{RawCache, RawGrounding, RawGroundingAction};
@@ -54,11 +54,7 @@ pub(super) fn compile_cache(
         None => vec!["x-tenant-id".to_owned(), "x-user-id".to_owned()],
     };
     for name in &scope_headers {
-        let valid = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-        if !valid {
+        if !is_header_name(name) {
             errors.push(
                 format!("{path}.scopeHeaders"),
                 format!("{name:?} is not a header name (letters, digits, '-', '_')"),

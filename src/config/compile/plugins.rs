@@ -103,11 +103,7 @@ fn compile_plugin(
                 .chain(remove.iter().map(|n| ("remove", n)));
             for (field, name) in names {
                 let lower = name.to_ascii_lowercase();
-                let valid = !lower.is_empty()
-                    && lower
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-                if !valid {
+                if !is_header_name(&lower) {
                     errors.push(
                         format!("{path}.{field}"),
                         format!("{name:?} is not a header name (letters, digits, '-', '_')"),
@@ -249,6 +245,14 @@ fn compile_plugin(
             })
         }
     }
+}
+
+/// Letters, digits, `-` and `_`, at least one.
+pub(super) fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
 }
 
 /// The index of signal `name`, which must be of kind `kind`.
