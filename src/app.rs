@@ -108,8 +108,18 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     )?;
     tasks.extend(state_tasks);
 
+    let records = snapshot.records.as_ref().map(|settings| {
+        let (sink, writer) = crate::records::RecordSink::start(
+            settings,
+            metrics.records_dropped.clone(),
+            stopped.clone(),
+        );
+        tasks.push(writer);
+        sink
+    });
     let internal_token = crate::llm::client::new_token();
     let services = Services {
+        records,
         state: state.clone(),
         client: Some(LlmClient::new(
             &snapshot.server.internal_url,

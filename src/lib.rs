@@ -16,6 +16,7 @@ pub mod extproc;
 pub mod inference;
 pub mod llm;
 pub mod observability;
+pub mod records;
 pub mod selection;
 pub mod signals;
 pub mod state;

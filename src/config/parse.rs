@@ -22,6 +22,8 @@ pub struct RawConfig {
     pub state: Option<RawState>,
     /// Session continuity.
     pub sessions: Option<RawSessions>,
+    /// Run records.
+    pub records: Option<super::raw_selection::RawRecords>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -45,6 +47,7 @@ const SECTIONS: &[&str] = &[
     "inference",
     "state",
     "sessions",
+    "records",
     "models",
     "identities",
     "signals",
@@ -65,7 +68,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, models, identities, signals, projections, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, records, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -80,6 +83,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "inference" => raw.inference = item(value, "inference", errors),
             "state" => raw.state = item(value, "state", errors),
             "sessions" => raw.sessions = item(value, "sessions", errors),
+            "records" => raw.records = item(value, "records", errors),
             "models" | "identities" | "signals" | "decisions" | "projections" => {
                 let section: &'static str = SECTIONS
                     .iter()

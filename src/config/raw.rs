@@ -12,7 +12,7 @@ pub use super::raw_plugin::{
 };
 pub use super::raw_selection::{
     RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric, RawLooper, RawLooperOnError,
-    RawMeasure, RawOrder, RawRedis, RawSessions, RawState, RawStateBackend,
+    RawMeasure, RawOrder, RawRecords, RawRedis, RawSessions, RawState, RawStateBackend,
 };
 
 /// Listener addresses and request limits.

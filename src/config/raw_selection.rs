@@ -179,6 +179,23 @@ pub struct RawState {
     pub cache_entries: Option<u64>,
 }
 
+/// Run records: one JSON line per chat request (read at start, like `state`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRecords {
+    /// The JSONL file (relative paths resolve against the configuration's folder).
+    pub path: String,
+    /// A file is rotated before it passes this many bytes (default 67108864).
+    pub max_bytes: Option<u64>,
+    /// Rotated files kept (default 5).
+    pub max_files: Option<u32>,
+    /// Record the last user message (default false).
+    #[serde(default)]
+    pub include_prompts: bool,
+    /// Replace personal data in a recorded prompt by its type (default true).
+    pub redact: Option<bool>,
+}
+
 /// Session continuity: requests carrying a session header stay on the model that served the
 /// session, unless policy says otherwise.
 #[derive(Debug, Clone, Deserialize)]

@@ -391,6 +391,8 @@ pub struct Snapshot {
     pub state: crate::state::Settings,
     /// Session continuity, when configured.
     pub sessions: Option<Sessions>,
+    /// Run records (read at start, like `state`).
+    pub records: Option<crate::records::Settings>,
     /// Concrete models.
     pub models: Vec<Model>,
     /// Identities.

@@ -145,6 +145,8 @@ pub struct Services {
     pub state: Arc<StateStore>,
     /// Sub-requests through Envoy's internal listener.
     pub client: Option<LlmClient>,
+    /// Where run records go, when configured.
+    pub records: Option<crate::records::RecordSink>,
 }
 
 impl Services {
@@ -153,6 +155,7 @@ impl Services {
         Self {
             state: Arc::new(StateStore::new(snapshot.state.clone())),
             client: None,
+            records: None,
         }
     }
 }

@@ -38,6 +38,25 @@ pub struct StreamState {
     /// with loopers, or a response body whose contract repair needs a model call. Handled by
     /// [`StreamState::resume`] before the next message is read.
     pending: Option<Pending>,
+    /// The run record, filled as the request goes and sent when the stream ends.
+    record: Option<crate::records::RunRecord>,
+    /// The last user message, for the run record, when prompts are recorded.
+    prompt: Option<String>,
+}
+
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        let (Some(sink), Some(mut record)) = (&self.services.records, self.record.take()) else {
+            return;
+        };
+        if let Some(forwarded) = &self.forwarded {
+            // Set in the response phase.
+            record.contract = forwarded.trace.contract_label().unwrap_or_default();
+            record.grounding = forwarded.trace.grounding.clone().unwrap_or_default();
+        }
+        record.prompt = self.prompt.take();
+        sink.send(record);
+    }
 }
 
 /// A body waiting for [`StreamState::resume`].
@@ -98,6 +117,8 @@ impl StreamState {
             headers: Headers::default(),
             forwarded: None,
             pending: None,
+            record: None,
+            prompt: None,
         }
     }
 
@@ -108,6 +129,7 @@ impl StreamState {
             Pending::Request(body) => ("request_body", self.on_request_body(body).await),
             Pending::Settle(body) => ("response_body", self.settle(body).await),
         };
+        self.note_refusal(&response);
         self.metrics
             .phase_seconds
             .get_or_create(&PhaseLabels { phase })
@@ -139,7 +161,9 @@ impl StreamState {
                         (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
                     ));
                 }
-                ("response_body", self.on_response_body(&b))
+                let response = self.on_response_body(&b);
+                self.note_refusal(&response);
+                ("response_body", response)
             }
             Request::RequestTrailers(_) => {
                 ("request_trailers", convert::continue_request_trailers())
@@ -176,6 +200,15 @@ impl StreamState {
                 action: Action::Respond(error.reply()),
                 trace,
             });
+        }
+        if self
+            .services
+            .records
+            .as_ref()
+            .is_some_and(|sink| sink.include_prompts)
+        {
+            let redact = self.services.records.as_ref().is_some_and(|s| s.redact);
+            self.prompt = crate::records::prompt_of(&message.body, redact);
         }
         let routed =
             engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body)
@@ -232,6 +265,9 @@ impl StreamState {
                     },
                 );
                 trace.run_id = Some(run_id);
+                if self.services.records.is_some() {
+                    self.record = Some(crate::records::from_trace(&trace, now_ms(), "upstream"));
+                }
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
                 let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
@@ -263,6 +299,12 @@ impl StreamState {
                 response
             }
             Action::Respond(reply) => {
+                let chat = trace.identity.is_some() || trace.error.is_some();
+                if self.services.records.is_some() && chat {
+                    let mut record = crate::records::from_trace(&trace, now_ms(), "immediate");
+                    record.status = u32::from(reply.status);
+                    self.record = Some(record);
+                }
                 self.count_contract(&trace);
                 self.metrics
                     .replied
@@ -301,6 +343,10 @@ impl StreamState {
                 class,
             })
             .inc();
+        if let Some(record) = &mut self.record {
+            record.status = status.parse().unwrap_or(0);
+            record.ttft_ms = forwarded.at.elapsed().as_secs_f64() * 1000.0;
+        }
         let success = status.starts_with('2');
         if !success || message.end_of_stream {
             // Only a complete 2xx answer is kept; waiting identical requests go upstream.
@@ -310,6 +356,10 @@ impl StreamState {
             if let Some(fallback) = forwarded.fallback.take() {
                 // The synthesis failed: answer with the best evidence instead.
                 forwarded.trace.fallback_used = true;
+                if let Some(record) = &mut self.record {
+                    record.status = u32::from(fallback.status);
+                    record.response_path = "immediate".to_owned();
+                }
                 return convert::immediate(&fallback, &forwarded.trace);
             }
         }
@@ -376,8 +426,26 @@ impl StreamState {
         }
     }
 
+    /// A response-phase refusal (a contract that fails, a withheld answer) is what the client
+    /// got: the run record says so.
+    fn note_refusal(&mut self, response: &ProcessingResponse) {
+        use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+        let (Some(record), Some(Response::ImmediateResponse(reply))) =
+            (&mut self.record, &response.response)
+        else {
+            return;
+        };
+        record.status = reply.status.as_ref().map_or(0, |s| s.code as u32);
+        record.error = reply
+            .details
+            .strip_prefix("mom_router_")
+            .unwrap_or(&reply.details)
+            .to_owned();
+        record.response_path = "immediate".to_owned();
+    }
+
     /// Adds the finished response's timings and usage to the model's statistics.
-    fn record(&self, forwarded_at: Instant, usage: crate::llm::Usage) {
+    fn record(&mut self, forwarded_at: Instant, usage: crate::llm::Usage) {
         let Some(forwarded) = &self.forwarded else {
             return;
         };
@@ -386,6 +454,12 @@ impl StreamState {
         let ttft_ms = forwarded
             .first_chunk
             .map_or(total_ms, |first| ms(first.duration_since(forwarded_at)));
+        if let Some(record) = &mut self.record {
+            record.ttft_ms = ttft_ms;
+            record.total_ms = total_ms;
+            record.prompt_tokens = usage.prompt_tokens;
+            record.completion_tokens = usage.completion_tokens;
+        }
         self.services.state.observe(
             &forwarded.model,
             Observation {

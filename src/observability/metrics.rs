@@ -116,6 +116,8 @@ pub struct Metrics {
     pub state_fallbacks: Family<StateLabels, Counter>,
     /// Outcomes credited.
     pub outcomes: Family<OutcomeLabels, Counter>,
+    /// Run records dropped because the writer fell behind.
+    pub records_dropped: Counter,
     /// Answers checked against an output contract, by outcome.
     pub contract_checks: Family<ContractLabels, Counter>,
     /// Plugin actions, by plugin and outcome.
@@ -191,6 +193,12 @@ impl Metrics {
             "Shared-state (Redis) operations that failed; the local copy served instead",
             state_fallbacks.clone(),
         );
+        let records_dropped = Counter::default();
+        registry.register(
+            "run_records_dropped",
+            "Run records dropped because the writer fell behind (its queue was full)",
+            records_dropped.clone(),
+        );
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "outcomes",
@@ -215,6 +223,7 @@ impl Metrics {
             contract_checks,
             signal_errors,
             state_fallbacks,
+            records_dropped,
             outcomes,
             routed,
             replied,

@@ -72,6 +72,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let server = compile_server(&raw, errors);
     let state = state::compile_state(raw.state.as_ref(), errors);
     let sessions = state::compile_sessions(raw.sessions.as_ref(), errors);
+    let records = state::compile_records(raw.records.as_ref(), base, errors);
     let encoder = raw
         .inference
         .as_ref()
@@ -176,6 +177,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let label = raw.version.unwrap_or_else(|| "unversioned".to_owned());
     let server = server?;
     let state = state?;
+    let records = records?;
     if !errors.is_empty() {
         return None;
     }
@@ -211,6 +213,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
+        records,
         sessions,
         models: models.into_iter().collect::<Option<_>>()?,
         identities: identities.into_iter().map(|(_, i)| i).collect(),

@@ -1,7 +1,7 @@
 //! The `state` section → [`Settings`], and `sessions` → [`Sessions`].
 
 use crate::config::error::Errors;
-use crate::config::raw::{RawSessions, RawState, RawStateBackend};
+use crate::config::raw::{RawRecords, RawSessions, RawState, RawStateBackend};
 use crate::config::snapshot::Sessions;
 use crate::state::{Backend, RedisSettings, Settings};
 use std::time::Duration;
@@ -83,6 +83,42 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
             .session_ttl_seconds
             .map_or(defaults.session_ttl, Duration::from_secs),
         cache_entries: raw.cache_entries.unwrap_or(defaults.cache_entries),
+    })
+}
+
+/// The `records` section → [`crate::records::Settings`]; relative paths resolve against `base`.
+pub(super) fn compile_records(
+    raw: Option<&RawRecords>,
+    base: &std::path::Path,
+    errors: &mut Errors,
+) -> Option<Option<crate::records::Settings>> {
+    let Some(raw) = raw else {
+        return Some(None);
+    };
+    let mut ok = true;
+    if raw.path.trim().is_empty() {
+        errors.push("records.path", "name the JSONL file records are written to");
+        ok = false;
+    }
+    if raw.max_bytes.is_some_and(|b| b < 1024) {
+        errors.push("records.maxBytes", "must be at least 1024");
+        ok = false;
+    }
+    if raw.redact == Some(false) && !raw.include_prompts {
+        errors.push(
+            "records.redact",
+            "only recorded prompts are redacted; set includePrompts",
+        );
+        ok = false;
+    }
+    ok.then(|| {
+        Some(crate::records::Settings {
+            path: base.join(&raw.path),
+            max_bytes: raw.max_bytes.unwrap_or(64 << 20),
+            max_files: raw.max_files.unwrap_or(5),
+            include_prompts: raw.include_prompts,
+            redact: raw.redact.unwrap_or(true),
+        })
     })
 }
 

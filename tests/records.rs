@@ -1,0 +1,115 @@
+//! Run records through the real Envoy: every chat request leaves one JSON line — linked by
+//! `x-mom-run-id`, with the signals, decision, model, plugins, status and timings — refusals
+//! included; prompts only when configured, and redacted.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+use support::stack::{header, Stack};
+
+fn policy(path: &Path, prompts: bool) -> String {
+    format!(
+        r#"
+version: records-test
+records: {{path: "{}", includePrompts: {prompts}}}
+models:
+  - {{name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct}}
+identities:
+  - name: mom/auto
+    defaultModel: smollm2-135m
+    decisions: [code]
+    plugins: [{{type: semantic_cache}}]
+signals:
+  - {{name: code, type: keyword, keywords: [python]}}
+decisions:
+  - name: code
+    rules: {{signal: code}}
+    modelRefs: [{{model: qwen2.5-coder-0.5b}}]
+"#,
+        path.display()
+    )
+}
+
+/// The records written so far, waiting (at most 5 s) until there are `count`.
+async fn records(path: &Path, count: usize) -> Vec<Value> {
+    let found = support::eventually(Duration::from_secs(5), async || {
+        let text = std::fs::read_to_string(path).ok()?;
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (lines.len() >= count).then_some(lines)
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("fewer than {count} records in {}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_leaves_a_record_linked_by_its_run_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.jsonl");
+    let stack = Stack::start_with_config(&policy(&path, true)).await;
+    let ask = json!({"model": "mom/auto", "messages": [
+        {"role": "user", "content": "Write python to email jane.doe@example.com"}]});
+    let response = stack.chat(&ask, "r1").await;
+    assert_eq!(response.status(), 200);
+    let run_id = header(&response, "x-mom-run-id");
+    let _ = response.bytes().await.unwrap();
+    // A cache hit, and a refusal, are recorded too.
+    let hit = stack.chat(&ask, "r2").await;
+    assert_eq!(header(&hit, "x-mom-cache-hit"), "true");
+    let unknown = json!({"model": "gpt-nothing", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(stack.chat(&unknown, "r3").await.status(), 400);
+
+    let lines = records(&path, 3).await;
+    let first = &lines[0];
+    assert_eq!(first["runId"], run_id.as_str());
+    assert_eq!(first["identity"], "mom/auto");
+    assert_eq!(first["decision"], "code");
+    assert_eq!(first["model"], "qwen2.5-coder-0.5b");
+    assert_eq!(first["providerModel"], "Qwen2.5-Coder-0.5B-Instruct");
+    assert_eq!(first["responsePath"], "upstream");
+    assert_eq!(first["status"], 200);
+    assert_eq!(first["signals"][0]["name"], "code");
+    assert_eq!(first["signals"][0]["matched"], true);
+    assert_eq!(first["plugins"][0]["plugin"], "semantic_cache");
+    assert_eq!(first["plugins"][0]["action"], "miss");
+    assert!(first["ttftMs"].as_f64().unwrap() > 0.0, "{first}");
+    assert!(first["timeUnixMs"].as_u64().unwrap() > 1_700_000_000_000);
+    // The prompt is kept because the policy asks for it, with the address redacted.
+    assert_eq!(first["prompt"], "Write python to email [EMAIL]");
+
+    let hit = &lines[1];
+    assert_eq!(hit["responsePath"], "immediate");
+    assert_eq!(hit["status"], 200);
+    assert_eq!(hit["plugins"][0]["action"], "hit exact");
+    let refused = &lines[2];
+    assert_eq!(refused["status"], 400);
+    assert_eq!(refused["error"], "model_not_found");
+    assert_eq!(refused["decision"], "none");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_are_not_recorded_unless_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.jsonl");
+    let stack = Stack::start_with_config(&policy(&path, false)).await;
+    let ask =
+        json!({"model": "mom/auto", "messages": [{"role": "user", "content": "secret plans"}]});
+    let response = stack.chat(&ask, "p1").await;
+    assert_eq!(response.status(), 200);
+    let _ = response.bytes().await.unwrap();
+    let lines = records(&path, 1).await;
+    assert!(lines[0]["prompt"].is_null(), "{}", lines[0]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("secret plans"), "{text}");
+}
