@@ -113,3 +113,99 @@ async fn prompts_are_not_recorded_unless_configured() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains("secret plans"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_re_derives_every_decision_and_names_what_a_new_policy_would_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.jsonl");
+    let config = policy(&path, false);
+    let stack = Stack::start_with_config(&config).await;
+    let mut code_runs = Vec::new();
+    for (i, text) in [
+        "python sort a list",
+        "hello there",
+        "python regex",
+        "good morning",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let ask = json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]});
+        let response = stack.chat(&ask, &format!("replay{i}")).await;
+        assert_eq!(response.status(), 200);
+        if text.starts_with("python") {
+            code_runs.push(header(&response, "x-mom-run-id"));
+        }
+        let _ = response.bytes().await.unwrap();
+    }
+    let unknown = json!({"model": "gpt-nothing", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(stack.chat(&unknown, "replay-refused").await.status(), 400);
+    let lines = records(&path, 5).await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    let recorded = mom_router::records::replay::read(&text).unwrap();
+    assert_eq!(recorded.len(), lines.len());
+
+    // The policy that served them re-derives every decision.
+    let same = mom_router::config::compile_str(&config).unwrap();
+    let report = mom_router::records::replay::replay(&same, &recorded);
+    assert_eq!((report.replayed, report.same), (4, 4), "{report:?}");
+    assert!(report.differences.is_empty());
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.skipped[0].1, "refused before a decision");
+
+    // A policy that sends code elsewhere: exactly the code requests would route differently.
+    let changed = config.replace("rules: {signal: code}", "rules: {not: {signal: code}}");
+    assert_ne!(changed, config);
+    let changed_path = dir.path().join("changed.yaml");
+    std::fs::write(&changed_path, &changed).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .arg("replay")
+        .arg(&path)
+        .arg("--config")
+        .arg(&changed_path)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "differences exit 1");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["replayed"], 4);
+    let moved: Vec<&str> = report["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["run_id"].as_str().unwrap())
+        .collect();
+    // The code requests now fall to the default; the others now match `code`.
+    assert_eq!(
+        report["differences"].as_array().unwrap().len(),
+        4,
+        "{report}"
+    );
+    for run in &code_runs {
+        assert!(moved.contains(&run.as_str()), "{run} not in {moved:?}");
+    }
+    let first = &report["differences"][0];
+    assert_eq!(
+        (first["recorded"].as_str(), first["replayed"].as_str()),
+        (Some("code"), Some("none"))
+    );
+
+    // The same policy from the command line: exit 0.
+    let same_path = dir.path().join("same.yaml");
+    std::fs::write(&same_path, &config).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args([
+            "replay",
+            path.to_str().unwrap(),
+            "--config",
+            same_path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("4 replayed, 4 same, 0 different, 1 not replayed"),
+        "{summary}"
+    );
+}

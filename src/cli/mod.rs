@@ -1,6 +1,7 @@
-//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`. Each subcommand runs the same parse and
+//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`, `replay`. Each subcommand runs the same parse and
 //! compile as the sidecar, so what the CLI accepts the sidecar accepts.
 
+mod replay;
 mod train;
 
 use crate::app::{self, ServeOptions};
@@ -73,6 +74,8 @@ enum Command {
     Train(train::TrainArgs),
     /// Score a configured signal on labelled examples, through the routing code.
     Eval(train::EvalArgs),
+    /// Re-derive recorded decisions under a configuration; report what would route differently.
+    Replay(replay::ReplayArgs),
 }
 
 /// Entry point used by the binary.
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
             crate::observability::logging::init(false);
             train::run_eval(args)
         }
+        Command::Replay(args) => replay::run(&args),
     }
 }
 

@@ -7,6 +7,7 @@
 //! redaction is on.
 
 mod jsonl;
+pub mod replay;
 
 /// The generated wire types of `proto/mom/v1`.
 #[allow(
