@@ -111,6 +111,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let records = snapshot.records.as_ref().map(|settings| {
         let (sink, writer) = crate::records::RecordSink::start(
             settings,
+            state.clone(),
             metrics.records_dropped.clone(),
             stopped.clone(),
         );

@@ -312,3 +312,46 @@ identities:
         "Envoy sent every request to one replica: {replicas:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_append_their_run_records_to_one_redis_stream() {
+    let redis = Redis::start();
+    let config = policy(&redis.url()).replace(
+        "version: shared-state-test\n",
+        "version: shared-state-test\nrecords: {redisStream: runs, streamMaxLen: 1000}\n",
+    );
+    let stack = Stack::start_replicas(&config).await;
+    let mut run_ids = Vec::new();
+    for i in 0..6 {
+        let response = stack.chat(&ask(&format!("q{i}")), &format!("s{i}")).await;
+        assert_eq!(response.status(), 200);
+        run_ids.push(header(&response, "x-mom-run-id"));
+        let _ = response.bytes().await.unwrap();
+    }
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    type Entries = Vec<(String, Vec<(String, String)>)>;
+    let entries = support::eventually(Duration::from_secs(5), async || {
+        let entries: Entries = ::redis::cmd("XRANGE")
+            .arg("test:runs")
+            .arg("-")
+            .arg("+")
+            .query_async(&mut connection)
+            .await
+            .ok()?;
+        (entries.len() == 6).then_some(entries)
+    })
+    .await
+    .expect("six records in the stream");
+    let mut streamed: Vec<String> = entries
+        .iter()
+        .map(|(_, fields)| {
+            let record: Value = serde_json::from_str(&fields[0].1).unwrap();
+            assert_eq!(record["identity"], "mom/auto");
+            record["runId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    streamed.sort();
+    run_ids.sort();
+    assert_eq!(streamed, run_ids, "both replicas' records, each once");
+}

@@ -179,12 +179,17 @@ pub struct RawState {
     pub cache_entries: Option<u64>,
 }
 
-/// Run records: one JSON line per chat request (read at start, like `state`).
+/// Run records: one JSON record per chat request (read at start, like `state`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawRecords {
     /// The JSONL file (relative paths resolve against the configuration's folder).
-    pub path: String,
+    pub path: Option<String>,
+    /// A Redis stream (under `state.redis.keyPrefix`) records are also appended to, for
+    /// replicas writing to one place; needs `state.backend: redis`.
+    pub redis_stream: Option<String>,
+    /// Entries the stream keeps, about (default 100000).
+    pub stream_max_len: Option<u64>,
     /// A file is rotated before it passes this many bytes (default 67108864).
     pub max_bytes: Option<u64>,
     /// Rotated files kept (default 5).

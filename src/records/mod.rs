@@ -2,7 +2,8 @@
 //! request, written when its response ends — the signals, decision, scores, plugins, looper
 //! calls, status, timings and usage behind the response's `x-mom-run-id`. Records go through a
 //! bounded queue to a writer task (the request path never waits on the disk; a full queue drops
-//! the record and counts it) that appends them as JSON lines to a rotated, size-bounded file.
+//! the record and counts it) that appends them as JSON lines to a rotated, size-bounded file
+//! and/or to a Redis stream shared by replicas (through the shared state's write queue).
 //! The prompt is recorded only when configured, with personal data replaced by its type when
 //! redaction is on.
 
@@ -23,8 +24,10 @@ pub mod pb {
 pub use pb::RunRecord;
 
 use crate::engine::Trace;
+use crate::state::StateStore;
 use prometheus_client::metrics::counter::Counter;
 use std::path::PathBuf;
+use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -34,8 +37,10 @@ const QUEUE: usize = 4096;
 /// The `records` section (read at start).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// The JSONL file.
-    pub path: PathBuf,
+    /// The JSONL file, when records go to one.
+    pub path: Option<PathBuf>,
+    /// The Redis stream records are appended to, and about how many entries it keeps.
+    pub redis_stream: Option<(String, u64)>,
     /// A file is rotated before it passes this size.
     pub max_bytes: u64,
     /// Rotated files kept.
@@ -58,15 +63,25 @@ pub struct RecordSink {
 }
 
 impl RecordSink {
-    /// Starts the writer task; it drains the queue and stops with `stop`.
+    /// Starts the writer task; it drains the queue and stops with `stop`. A Redis stream is
+    /// reached through `state`'s connection (its write queue).
     pub fn start(
         settings: &Settings,
+        state: Arc<StateStore>,
         dropped: Counter,
         mut stop: watch::Receiver<bool>,
     ) -> (Self, JoinHandle<()>) {
         let (queue, mut records) = mpsc::channel::<RunRecord>(QUEUE);
-        let mut file = jsonl::Rotating::new(&settings.path, settings.max_bytes, settings.max_files);
-        let path = settings.path.display().to_string();
+        let mut file = settings
+            .path
+            .as_ref()
+            .map(|path| jsonl::Rotating::new(path, settings.max_bytes, settings.max_files));
+        let path = settings
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let stream = settings.redis_stream.clone();
         let writer = tokio::spawn(async move {
             loop {
                 let record = tokio::select! {
@@ -79,14 +94,23 @@ impl RecordSink {
                     batch.push(more);
                 }
                 let written = batch.iter().try_for_each(|record| {
-                    let line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-                    file.write_line(&line)
+                    let line = serde_json::to_string(record).map_err(std::io::Error::other)?;
+                    if let Some((stream, max_len)) = &stream {
+                        state.append_record(stream, *max_len, line.clone());
+                    }
+                    match &mut file {
+                        Some(file) => file.write_line(line.as_bytes()),
+                        None => Ok(()),
+                    }
                 });
-                if let Err(error) = written.and_then(|()| file.flush()) {
+                let flushed = written.and_then(|()| file.as_mut().map_or(Ok(()), |f| f.flush()));
+                if let Err(error) = flushed {
                     tracing::error!(%error, path, "cannot write run records");
                 }
             }
-            let _ = file.flush();
+            if let Some(file) = &mut file {
+                let _ = file.flush();
+            }
         });
         let sink = Self {
             queue,

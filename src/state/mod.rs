@@ -315,6 +315,20 @@ impl StateStore {
         self.answers.keep(key, kept);
     }
 
+    /// Appends a run record (JSON) to the Redis stream `stream` in the background; `false` when
+    /// state is not shared (no Redis to append to).
+    pub fn append_record(&self, stream: &str, max_len: u64, json: String) -> bool {
+        let Some(redis) = &self.redis else {
+            return false;
+        };
+        redis.queue(Write::Record {
+            stream: stream.to_owned(),
+            max_len,
+            json,
+        });
+        true
+    }
+
     /// Leads the flight of requests for `exact` on this replica, or joins it.
     pub fn answer_flight(&self, exact: &str) -> Flight {
         self.answers.flight(exact)

@@ -18,6 +18,8 @@
 //!   on the request path (one GET, bounded by the timeout) so a session keeps its model on
 //!   whichever replica its next turn lands.
 //! - `P:answer:…` and `P:answers:…`: the semantic cache's answers (see `cache`).
+//! - `P:STREAM`: run records (`XADD … MAXLEN ~ N * record JSON`) when `records.redisStream`
+//!   names the stream.
 
 mod cache;
 
@@ -49,6 +51,12 @@ pub(super) enum Write {
     },
     Run(String, Run, Duration),
     Answer(CacheKey, std::sync::Arc<Kept>),
+    /// A run record (JSON) appended to a stream trimmed to about `max_len` entries.
+    Record {
+        stream: String,
+        max_len: u64,
+        json: String,
+    },
 }
 
 /// Queued writes beyond this are dropped (and counted): Redis is too slow or gone.
@@ -207,6 +215,22 @@ impl RedisTier {
                     .await
             }
             Write::Answer(key, kept) => self.write_answer(&key, &kept).await,
+            Write::Record {
+                stream,
+                max_len,
+                json,
+            } => {
+                redis::cmd("XADD")
+                    .arg(self.key(&stream))
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(max_len)
+                    .arg("*")
+                    .arg("record")
+                    .arg(json)
+                    .query_async::<()>(&mut connection)
+                    .await
+            }
         }
     }
 

@@ -72,7 +72,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let server = compile_server(&raw, errors);
     let state = state::compile_state(raw.state.as_ref(), errors);
     let sessions = state::compile_sessions(raw.sessions.as_ref(), errors);
-    let records = state::compile_records(raw.records.as_ref(), base, errors);
+    let records = state::compile_records(raw.records.as_ref(), raw.state.as_ref(), base, errors);
     let encoder = raw
         .inference
         .as_ref()

@@ -89,6 +89,7 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
 /// The `records` section → [`crate::records::Settings`]; relative paths resolve against `base`.
 pub(super) fn compile_records(
     raw: Option<&RawRecords>,
+    state: Option<&RawState>,
     base: &std::path::Path,
     errors: &mut Errors,
 ) -> Option<Option<crate::records::Settings>> {
@@ -96,8 +97,36 @@ pub(super) fn compile_records(
         return Some(None);
     };
     let mut ok = true;
-    if raw.path.trim().is_empty() {
-        errors.push("records.path", "name the JSONL file records are written to");
+    let path = raw.path.as_deref().map(str::trim);
+    let stream = raw.redis_stream.as_deref().map(str::trim);
+    match (path, stream) {
+        (None, None) => {
+            errors.push(
+                "records",
+                "name where records go: path (a JSONL file) and/or redisStream",
+            );
+            ok = false;
+        }
+        (Some(""), _) => {
+            errors.push("records.path", "name the JSONL file records are written to");
+            ok = false;
+        }
+        (_, Some("")) => {
+            errors.push("records.redisStream", "name the Redis stream");
+            ok = false;
+        }
+        _ => {}
+    }
+    let redis = state.is_some_and(|s| s.backend == RawStateBackend::Redis);
+    if stream.is_some() && !redis {
+        errors.push(
+            "records.redisStream",
+            "records reach Redis through the shared state; set state.backend: redis",
+        );
+        ok = false;
+    }
+    if raw.stream_max_len == Some(0) {
+        errors.push("records.streamMaxLen", "must be greater than 0");
         ok = false;
     }
     if raw.max_bytes.is_some_and(|b| b < 1024) {
@@ -113,7 +142,8 @@ pub(super) fn compile_records(
     }
     ok.then(|| {
         Some(crate::records::Settings {
-            path: base.join(&raw.path),
+            path: path.map(|p| base.join(p)),
+            redis_stream: stream.map(|s| (s.to_owned(), raw.stream_max_len.unwrap_or(100_000))),
             max_bytes: raw.max_bytes.unwrap_or(64 << 20),
             max_files: raw.max_files.unwrap_or(5),
             include_prompts: raw.include_prompts,
