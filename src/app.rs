@@ -120,14 +120,15 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     });
     let internal_token = crate::llm::client::new_token();
     let services = Services {
-        records,
         state: state.clone(),
         client: Some(LlmClient::new(
             &snapshot.server.internal_url,
             internal_token.clone(),
         )),
     };
-    let service = ExtProcService::new(store.clone(), metrics.clone(), services).into_server();
+    let service = ExtProcService::new(store.clone(), metrics.clone(), services)
+        .with_records(records)
+        .into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {
         Listen::Tcp(addr) => {

@@ -13,6 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["app"],
     &["extproc", "admin", "train"],
+    &["records"],
     &["engine"],
     &["config"],
     &["state"],

@@ -188,6 +188,23 @@ pub struct Decision {
     pub plugins: Vec<super::Plugin>,
 }
 
+/// The `records` section: where run records go (read at start, like `state`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSettings {
+    /// The JSONL file, when records go to one.
+    pub path: Option<std::path::PathBuf>,
+    /// The Redis stream records are appended to, and about how many entries it keeps.
+    pub redis_stream: Option<(String, u64)>,
+    /// A file is rotated before it passes this size.
+    pub max_bytes: u64,
+    /// Rotated files kept.
+    pub max_files: u32,
+    /// Record the last user message.
+    pub include_prompts: bool,
+    /// Replace personal data in a recorded prompt by its type (`[EMAIL]`).
+    pub redact: bool,
+}
+
 /// An output contract and what a still-broken answer does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contract {
@@ -392,7 +409,7 @@ pub struct Snapshot {
     /// Session continuity, when configured.
     pub sessions: Option<Sessions>,
     /// Run records (read at start, like `state`).
-    pub records: Option<crate::records::Settings>,
+    pub records: Option<RecordSettings>,
     /// Concrete models.
     pub models: Vec<Model>,
     /// Identities.

@@ -145,8 +145,6 @@ pub struct Services {
     pub state: Arc<StateStore>,
     /// Sub-requests through Envoy's internal listener.
     pub client: Option<LlmClient>,
-    /// Where run records go, when configured.
-    pub records: Option<crate::records::RecordSink>,
 }
 
 impl Services {
@@ -155,7 +153,6 @@ impl Services {
         Self {
             state: Arc::new(StateStore::new(snapshot.state.clone())),
             client: None,
-            records: None,
         }
     }
 }

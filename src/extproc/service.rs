@@ -5,6 +5,7 @@ use super::stream::StreamState;
 use crate::config::ConfigStore;
 use crate::engine::Services;
 use crate::observability::Metrics;
+use crate::records::RecordSink;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     external_processor_server::{ExternalProcessor, ExternalProcessorServer},
     ProcessingRequest, ProcessingResponse,
@@ -24,6 +25,7 @@ pub struct ExtProcService {
     store: Arc<ConfigStore>,
     metrics: Arc<Metrics>,
     services: Services,
+    records: Option<RecordSink>,
 }
 
 impl ExtProcService {
@@ -33,7 +35,14 @@ impl ExtProcService {
             store,
             metrics,
             services,
+            records: None,
         }
+    }
+
+    /// Sends a run record of every chat request to `records`.
+    pub fn with_records(mut self, records: Option<RecordSink>) -> Self {
+        self.records = records;
+        self
     }
 
     /// The tonic server wrapper with message limits raised for buffered bodies.
@@ -68,7 +77,8 @@ impl ExternalProcessor for ExtProcService {
             self.store.snapshot(),
             self.metrics.clone(),
             self.services.clone(),
-        );
+        )
+        .with_records(self.records.clone());
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
         // The response stream owns the stream state: each message from Envoy is handled when

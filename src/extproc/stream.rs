@@ -42,11 +42,13 @@ pub struct StreamState {
     record: Option<crate::records::RunRecord>,
     /// The last user message, for the run record, when prompts are recorded.
     prompt: Option<String>,
+    /// Where the run record goes, when records are on.
+    records: Option<crate::records::RecordSink>,
 }
 
 impl Drop for StreamState {
     fn drop(&mut self) {
-        let (Some(sink), Some(mut record)) = (&self.services.records, self.record.take()) else {
+        let (Some(sink), Some(mut record)) = (&self.records, self.record.take()) else {
             return;
         };
         if let Some(forwarded) = &self.forwarded {
@@ -119,7 +121,14 @@ impl StreamState {
             pending: None,
             record: None,
             prompt: None,
+            records: None,
         }
+    }
+
+    /// Sends this request's run record to `records` when the stream ends.
+    pub fn with_records(mut self, records: Option<crate::records::RecordSink>) -> Self {
+        self.records = records;
+        self
     }
 
     /// Handles a body held back by [`StreamState::handle`]; `None` when nothing is held.
@@ -201,14 +210,8 @@ impl StreamState {
                 trace,
             });
         }
-        if self
-            .services
-            .records
-            .as_ref()
-            .is_some_and(|sink| sink.include_prompts)
-        {
-            let redact = self.services.records.as_ref().is_some_and(|s| s.redact);
-            self.prompt = crate::records::prompt_of(&message.body, redact);
+        if let Some(sink) = self.records.as_ref().filter(|sink| sink.include_prompts) {
+            self.prompt = crate::records::prompt_of(&message.body, sink.redact);
         }
         let routed =
             engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body)
@@ -265,7 +268,7 @@ impl StreamState {
                     },
                 );
                 trace.run_id = Some(run_id);
-                if self.services.records.is_some() {
+                if self.records.is_some() {
                     self.record = Some(crate::records::from_trace(&trace, now_ms(), "upstream"));
                 }
                 let (model, stream) = (forward.model.clone(), forward.stream);
@@ -300,7 +303,7 @@ impl StreamState {
             }
             Action::Respond(reply) => {
                 let chat = trace.identity.is_some() || trace.error.is_some();
-                if self.services.records.is_some() && chat {
+                if self.records.is_some() && chat {
                     let mut record = crate::records::from_trace(&trace, now_ms(), "immediate");
                     record.status = u32::from(reply.status);
                     self.record = Some(record);

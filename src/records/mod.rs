@@ -23,33 +23,16 @@ pub mod pb {
 
 pub use pb::RunRecord;
 
+use crate::config::RecordSettings;
 use crate::engine::Trace;
 use crate::state::StateStore;
 use prometheus_client::metrics::counter::Counter;
-use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Records queued beyond this are dropped (and counted): the disk is too slow.
 const QUEUE: usize = 4096;
-
-/// The `records` section (read at start).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
-    /// The JSONL file, when records go to one.
-    pub path: Option<PathBuf>,
-    /// The Redis stream records are appended to, and about how many entries it keeps.
-    pub redis_stream: Option<(String, u64)>,
-    /// A file is rotated before it passes this size.
-    pub max_bytes: u64,
-    /// Rotated files kept.
-    pub max_files: u32,
-    /// Record the last user message.
-    pub include_prompts: bool,
-    /// Replace personal data in a recorded prompt by its type (`[EMAIL]`).
-    pub redact: bool,
-}
 
 /// Where records are sent.
 #[derive(Debug, Clone)]
@@ -66,7 +49,7 @@ impl RecordSink {
     /// Starts the writer task; it drains the queue and stops with `stop`. A Redis stream is
     /// reached through `state`'s connection (its write queue).
     pub fn start(
-        settings: &Settings,
+        settings: &RecordSettings,
         state: Arc<StateStore>,
         dropped: Counter,
         mut stop: watch::Receiver<bool>,

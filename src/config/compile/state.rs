@@ -2,7 +2,7 @@
 
 use crate::config::error::Errors;
 use crate::config::raw::{RawRecords, RawSessions, RawState, RawStateBackend};
-use crate::config::snapshot::Sessions;
+use crate::config::snapshot::{RecordSettings, Sessions};
 use crate::state::{Backend, RedisSettings, Settings};
 use std::time::Duration;
 
@@ -86,13 +86,13 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
     })
 }
 
-/// The `records` section → [`crate::records::Settings`]; relative paths resolve against `base`.
+/// The `records` section → [`RecordSettings`]; relative paths resolve against `base`.
 pub(super) fn compile_records(
     raw: Option<&RawRecords>,
     state: Option<&RawState>,
     base: &std::path::Path,
     errors: &mut Errors,
-) -> Option<Option<crate::records::Settings>> {
+) -> Option<Option<RecordSettings>> {
     let Some(raw) = raw else {
         return Some(None);
     };
@@ -141,7 +141,7 @@ pub(super) fn compile_records(
         ok = false;
     }
     ok.then(|| {
-        Some(crate::records::Settings {
+        Some(RecordSettings {
             path: path.map(|p| base.join(p)),
             redis_stream: stream.map(|s| (s.to_owned(), raw.stream_max_len.unwrap_or(100_000))),
             max_bytes: raw.max_bytes.unwrap_or(64 << 20),
