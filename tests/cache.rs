@@ -26,6 +26,14 @@ identities:
     decisions: []
     plugins:
       - {type: semantic_cache, ttlSeconds: 60}
+  - name: mom/private
+    defaultModel: qwen2.5-coder-0.5b
+    decisions: []
+    plugins:
+      - {type: pii, signal: personal_data, mode: mask}
+      - {type: semantic_cache, ttlSeconds: 60}
+signals:
+  - {name: personal_data, type: pii}
 "#;
 
 const MODEL: &str = "qwen2.5-coder-0.5b";
@@ -185,4 +193,27 @@ async fn identical_requests_in_flight_go_upstream_once() {
         ]
     );
     assert!(answers.iter().all(|a| a == &answers[0]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_to_masked_personal_data_are_never_cached() {
+    let stack = Stack::start_with_config(POLICY).await;
+    let private = json!({"model": "mom/private",
+        "messages": [{"role": "user", "content": "Remind jane.doe@example.com about Friday"}]});
+    for _ in 0..2 {
+        let response = post(&stack, &private, &[]).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-mom-cache-hit"), "");
+        assert_eq!(
+            header(&response, "x-mom-plugins"),
+            "pii:masked [EMAIL_1],semantic_cache:bypassed personal data"
+        );
+    }
+    assert_eq!(stack.backends[MODEL].bodies().len(), 2);
+    // Without personal data the same identity caches as usual.
+    let plain = json!({"model": "mom/private",
+        "messages": [{"role": "user", "content": "Remind me about Friday"}]});
+    let _ = post(&stack, &plain, &[]).await;
+    let hit = post(&stack, &plain, &[]).await;
+    assert_eq!(header(&hit, "x-mom-cache-hit"), "true");
 }

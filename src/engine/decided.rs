@@ -86,7 +86,14 @@ pub(super) async fn carry_out(
         );
         forward(trace, request, &snapshot.models[model])
     } else {
-        if let (Some(rule), Some(key)) = (deferred.cache, cache_key) {
+        // Personal data is never cached: a request whose values were masked is neither looked
+        // up nor kept (the kept answer would hold the restored values).
+        let masked = applied.masker.is_some();
+        if let (Some(_), true) = (deferred.cache, masked) {
+            let action = "bypassed personal data".to_owned();
+            trace.plugins.push((cache::PLUGIN, action));
+        }
+        if let (Some(rule), Some(key), false) = (deferred.cache, cache_key, masked) {
             let query = query.clone();
             let consulted = cache::consult(state, rule, key, query, headers, stream).await;
             let (found, action) = match consulted {
