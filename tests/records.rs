@@ -67,6 +67,9 @@ async fn every_request_leaves_a_record_linked_by_its_run_id() {
     // A cache hit, and a refusal, are recorded too.
     let hit = stack.chat(&ask, "r2").await;
     assert_eq!(header(&hit, "x-mom-cache-hit"), "true");
+    let hit_run = header(&hit, "x-mom-run-id");
+    assert_eq!(hit_run.len(), 32);
+    assert_ne!(hit_run, run_id);
     let unknown = json!({"model": "gpt-nothing", "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(stack.chat(&unknown, "r3").await.status(), 400);
 
@@ -92,10 +95,12 @@ async fn every_request_leaves_a_record_linked_by_its_run_id() {
     assert_eq!(hit["responsePath"], "immediate");
     assert_eq!(hit["status"], 200);
     assert_eq!(hit["plugins"][0]["action"], "hit exact");
+    assert_eq!(hit["runId"], hit_run.as_str());
     let refused = &lines[2];
     assert_eq!(refused["status"], 400);
     assert_eq!(refused["error"], "model_not_found");
     assert_eq!(refused["decision"], "none");
+    assert_eq!(refused["runId"].as_str().unwrap().len(), 32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,11 @@ const LOOPER_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// ignores a larger override, so a looper deadline above it is cut to fit.
 pub const MAX_MESSAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A fresh run id: 32 hex digits.
+fn new_run_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// State of one HTTP request as it moves through the phases.
 pub struct StreamState {
     snapshot: Arc<Snapshot>,
@@ -258,7 +263,7 @@ impl StreamState {
                     algorithm = trace.algorithm,
                     "routed"
                 );
-                let run_id = format!("{:032x}", rand::random::<u128>());
+                let run_id = new_run_id();
                 self.services.state.remember_run(
                     run_id.clone(),
                     Run {
@@ -303,6 +308,20 @@ impl StreamState {
             }
             Action::Respond(reply) => {
                 let chat = trace.identity.is_some() || trace.error.is_some();
+                if chat {
+                    // A chat answer mom-router gives itself (a cache hit, a looper's answer) can
+                    // receive outcomes like a forwarded one; a refusal's id finds its record.
+                    let run_id = new_run_id();
+                    if let (Some(model), "ok") = (&trace.model, reply.code) {
+                        let run = Run {
+                            identity: trace.identity.clone().unwrap_or_default(),
+                            decision: trace.decision_label().to_owned(),
+                            model: model.clone(),
+                        };
+                        self.services.state.remember_run(run_id.clone(), run);
+                    }
+                    trace.run_id = Some(run_id);
+                }
                 if self.records.is_some() && chat {
                     let mut record = crate::records::from_trace(&trace, now_ms(), "immediate");
                     record.status = u32::from(reply.status);

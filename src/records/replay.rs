@@ -14,7 +14,7 @@ use crate::signals::{Input, Neural, SignalKind};
 /// A record whose decision comes out differently.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Difference {
-    /// The record's run id (empty for answers mom-router gave itself).
+    /// The record's run id.
     pub run_id: String,
     /// The identity called.
     pub identity: String,
