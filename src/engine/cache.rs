@@ -169,8 +169,12 @@ pub(super) async fn consult(
 /// The kept answer as this client's reply (JSON, or events when it streams).
 fn hit(found: Option<Found>, stream: bool, note: &str) -> Option<Consulted> {
     let found = found?;
-    let body: Value = serde_json::from_slice(found.body()).ok()?;
-    let mut reply = Reply::completion(&body, stream);
+    // Kept answers are JSON completions: a JSON client gets the bytes as kept.
+    let mut reply = if stream {
+        Reply::completion(&serde_json::from_slice::<Value>(found.body()).ok()?, true)
+    } else {
+        Reply::json(found.body().to_vec())
+    };
     reply
         .headers
         .push((HIT_HEADER.to_owned(), "true".to_owned()));
@@ -184,15 +188,18 @@ fn hit(found: Option<Found>, stream: bool, note: &str) -> Option<Consulted> {
 /// The answer a client received, as the JSON completion to keep: a JSON body as it is, an event
 /// stream assembled (only when it completed). `None` for anything else.
 pub fn keepable(body: &[u8], stream: bool) -> Option<Vec<u8>> {
-    let completion = if stream {
-        crate::llm::sse::assemble(body)?
-    } else {
-        serde_json::from_slice::<Value>(body).ok()?
+    let answered = |completion: &Value| {
+        completion["choices"]
+            .as_array()
+            .is_some_and(|choices| !choices.is_empty())
     };
-    let answered = completion["choices"]
-        .as_array()
-        .is_some_and(|choices| !choices.is_empty());
-    answered.then(|| completion.to_string().into_bytes())
+    if stream {
+        let completion = crate::llm::sse::assemble(body)?;
+        answered(&completion).then(|| completion.to_string().into_bytes())
+    } else {
+        let completion: Value = serde_json::from_slice(body).ok()?;
+        answered(&completion).then(|| body.to_vec())
+    }
 }
 
 /// Keeps the answer of a request that held `ticket`.

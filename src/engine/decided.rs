@@ -190,16 +190,14 @@ async fn ground(snapshot: &Snapshot, mut routed: Routed, check: GroundingCheck) 
     match &mut routed.action {
         Action::Forward(forward) => forward.grounding = Some(Box::new(check)),
         Action::Respond(reply) if reply.code == "ok" => {
-            let (text, stream) = reply_answer(reply);
-            let verdict = check.judge(snapshot.encoder.as_deref(), &text).await;
-            let mut label = verdict.label();
-            if let (Some(fallback), false) = (&check.rule.fallback, verdict.grounded) {
-                let model = routed.trace.provider_model.clone().unwrap_or_default();
-                let completion = super::grounding::fallback_completion(fallback, &model);
-                reply.body = super::Reply::completion(&completion, stream).body;
-                label.push_str(";fallback");
+            let (_, stream) = reply_answer(reply);
+            let model = routed.trace.provider_model.clone().unwrap_or_default();
+            let encoder = snapshot.encoder.as_deref();
+            let settled = check.settle(encoder, &reply.body, stream, &model).await;
+            if let Some(body) = settled.replacement {
+                reply.body = body;
             }
-            routed.trace.grounding = Some(label);
+            routed.trace.grounding = Some(settled.label);
         }
         Action::Respond(_) => {}
     }

@@ -180,8 +180,52 @@ impl GroundingCheck {
     }
 }
 
+/// What the check did to one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    /// For `x-mom-grounding`: the verdict's label, `;fallback` added when replaced.
+    pub label: String,
+    /// `grounded`, `ungrounded`, `replaced` or `unchecked` (the metric's outcome).
+    pub outcome: &'static str,
+    /// The fallback answer's body (JSON or events) that replaces an unsupported answer.
+    pub replacement: Option<Vec<u8>>,
+}
+
+impl GroundingCheck {
+    /// Judges the answer in `body` (JSON, or events when `stream`), and builds the fallback that
+    /// replaces it when it is not grounded and the rule fails closed.
+    pub async fn settle(
+        &self,
+        encoder: Option<&EncoderHandle>,
+        body: &[u8],
+        stream: bool,
+        provider_model: &str,
+    ) -> Settled {
+        let text = crate::llm::sse::answer_text(body, stream);
+        let verdict = self.judge(encoder, &text).await;
+        let fallback = self.rule.fallback.as_deref().filter(|_| !verdict.grounded);
+        let outcome = match (&verdict.error, verdict.grounded, fallback.is_some()) {
+            (Some(_), _, _) => "unchecked",
+            (None, true, _) => "grounded",
+            (None, false, true) => "replaced",
+            (None, false, false) => "ungrounded",
+        };
+        let mut label = verdict.label();
+        let replacement = fallback.map(|text| {
+            label.push_str(";fallback");
+            let completion = fallback_completion(text, provider_model);
+            super::Reply::completion(&completion, stream).body
+        });
+        Settled {
+            label,
+            outcome,
+            replacement,
+        }
+    }
+}
+
 /// The JSON completion carrying `text`, the fallback answer given instead of an unsupported one.
-pub fn fallback_completion(text: &str, provider_model: &str) -> serde_json::Value {
+fn fallback_completion(text: &str, provider_model: &str) -> serde_json::Value {
     serde_json::json!({
         "id": format!("chatcmpl-mom-{:016x}", rand::random::<u64>()),
         "object": "chat.completion",

@@ -55,16 +55,21 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A 200 answer with a JSON body.
+    pub fn json(body: Vec<u8>) -> Self {
+        Self {
+            status: 200,
+            body,
+            headers: Vec::new(),
+            code: "ok",
+        }
+    }
+
     /// A chat completion mom-router answers with itself: JSON, or server-sent events when the
     /// client asked to stream.
     pub fn completion(body: &serde_json::Value, stream: bool) -> Self {
         if !stream {
-            return Self {
-                status: 200,
-                body: body.to_string().into_bytes(),
-                headers: Vec::new(),
-                code: "ok",
-            };
+            return Self::json(body.to_string().into_bytes());
         }
         Self {
             status: 200,

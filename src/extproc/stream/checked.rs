@@ -13,6 +13,14 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse
 use serde_json::Value;
 
 impl StreamState {
+    /// The client gets `error` instead of the answer (a response-phase refusal): the trace
+    /// carries it and a finished contract check is counted.
+    pub(super) fn refuse(&self, mut trace: Trace, error: &RouteError) -> ProcessingResponse {
+        trace.error = Some((error.code(), error.fault()));
+        self.count_contract(&trace);
+        convert::immediate(&error.reply(), &trace)
+    }
+
     /// Counts a finished contract check.
     pub(super) fn count_contract(&self, trace: &Trace) {
         if let Some((contract, outcome)) = &trace.contract {
@@ -122,15 +130,13 @@ impl StreamState {
         let refuse = held && contract.on_violation == crate::config::OnViolation::Fail;
         forwarded.trace.contract = Some((name, outcome.to_owned()));
         forwarded.contract = None;
-        let mut trace = forwarded.trace.clone();
+        let trace = forwarded.trace.clone();
         if let (Err(reason), true) = (checked, refuse) {
             let error = RouteError::ContractViolated {
                 contract: name,
                 reason,
             };
-            trace.error = Some((error.code(), error.fault()));
-            self.count_contract(&trace);
-            return (convert::immediate(&error.reply(), &trace), None);
+            return (self.refuse(trace, &error), None);
         }
         self.count_contract(&trace);
         (

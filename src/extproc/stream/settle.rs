@@ -150,10 +150,8 @@ impl StreamState {
                     contract: name,
                     reason,
                 };
-                let mut trace = forwarded.trace.clone();
-                trace.error = Some((error.code(), error.fault()));
-                self.count_contract(&trace);
-                Settled::Refused(Box::new(convert::immediate(&error.reply(), &trace)))
+                let trace = forwarded.trace.clone();
+                Settled::Refused(Box::new(self.refuse(trace, &error)))
             }
             _ => Settled::Unchanged,
         }
@@ -178,16 +176,14 @@ impl StreamState {
         if passed {
             return None;
         }
-        let forwarded = self.forwarded.as_mut()?;
         let error = RouteError::AnswerWithheld {
             signal: self.snapshot.signals[signal].name.clone(),
         };
-        let mut trace = forwarded.trace.clone();
-        trace.error = Some((error.code(), error.fault()));
+        let mut trace = self.forwarded.as_ref()?.trace.clone();
         trace
             .plugins
             .push(("jailbreak_guard", "withheld answer".to_owned()));
-        Some(convert::immediate(&error.reply(), &trace))
+        Some(self.refuse(trace, &error))
     }
 
     /// Runs the grounding check on a held answer; returns the fallback answer that replaces an
@@ -195,34 +191,17 @@ impl StreamState {
     async fn settle_grounding(&mut self, body: &[u8]) -> Option<Vec<u8>> {
         let forwarded = self.forwarded.as_mut()?;
         let check = forwarded.grounding.take()?;
-        let text = crate::llm::sse::answer_text(body, forwarded.stream);
-        let verdict = check.judge(self.snapshot.encoder.as_deref(), &text).await;
-        let fallback = match (&check.rule.fallback, verdict.grounded) {
-            (Some(fallback), false) => Some(fallback),
-            _ => None,
-        };
-        let outcome = match (&verdict.error, verdict.grounded, fallback.is_some()) {
-            (Some(_), _, _) => "unchecked",
-            (None, true, _) => "grounded",
-            (None, false, true) => "replaced",
-            (None, false, false) => "ungrounded",
-        };
-        let mut label = verdict.label();
-        if fallback.is_some() {
-            label.push_str(";fallback");
-        }
-        forwarded.trace.grounding = Some(label);
-        let provider_model = forwarded.trace.provider_model.clone().unwrap_or_default();
-        let stream = forwarded.stream;
+        let model = forwarded.trace.provider_model.clone().unwrap_or_default();
+        let encoder = self.snapshot.encoder.as_deref();
+        let settled = check.settle(encoder, body, forwarded.stream, &model).await;
+        forwarded.trace.grounding = Some(settled.label);
         self.metrics
             .plugin_actions
             .get_or_create(&PluginLabels {
                 plugin: "grounding",
-                outcome,
+                outcome: settled.outcome,
             })
             .inc();
-        let fallback = fallback?;
-        let completion = crate::engine::grounding::fallback_completion(fallback, &provider_model);
-        Some(crate::engine::Reply::completion(&completion, stream).body)
+        settled.replacement
     }
 }
