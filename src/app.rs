@@ -1,11 +1,13 @@
-//! Composition root for `serve`: loads the configuration, starts the ext_proc gRPC server, the
-//! admin server and the reload watcher, and stops them together.
+//! Composition root for `serve`: loads the configuration (a file, or a bundle and its binding),
+//! starts the ext_proc gRPC server, the admin server, the reload watcher and the resolution
+//! lock, and stops them together.
 
 use crate::admin::{self, AdminState};
-use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome};
+use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome, Source};
 use crate::engine::Services;
 use crate::extproc::ExtProcService;
 use crate::llm::LlmClient;
+use crate::lock::LockSlot;
 use crate::observability::metrics::ReloadLabels;
 use crate::observability::Metrics;
 use crate::state::StateStore;
@@ -21,8 +23,10 @@ use tokio::task::JoinHandle;
 /// How `serve` was asked to run.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Configuration file.
-    pub config: PathBuf,
+    /// The configuration file, or a bundle and its binding.
+    pub source: Source,
+    /// Where to write the resolution lock (it is always served at `/lock`).
+    pub lock: Option<PathBuf>,
     /// Overrides `server.grpcListen`.
     pub grpc_listen: Option<String>,
     /// Overrides `server.adminListen`.
@@ -83,8 +87,8 @@ impl Running {
 /// Starts every server. Listen addresses may use port 0; [`Running`] reports what was bound.
 pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     // Loading may read model weights and run the encoder: keep it off the async workers.
-    let path = options.config.clone();
-    let store = tokio::task::spawn_blocking(move || ConfigStore::open(&path))
+    let source = options.source.clone();
+    let store = tokio::task::spawn_blocking(move || ConfigStore::open_source(source))
         .await
         .map_err(|e| AppError::Startup(e.to_string()))??;
     let store = Arc::new(store);
@@ -108,24 +112,33 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     )?;
     tasks.extend(state_tasks);
 
+    let lock: LockSlot = Arc::default();
     let records = snapshot.records.as_ref().map(|settings| {
         let (sink, writer) = crate::records::RecordSink::start(
             settings,
             state.clone(),
             metrics.records_dropped.clone(),
+            lock.clone(),
             stopped.clone(),
         );
         tasks.push(writer);
         sink
     });
     let internal_token = crate::llm::client::new_token();
+    let client = LlmClient::new(&snapshot.server.internal_url, internal_token.clone());
     let services = Services {
         state: state.clone(),
-        client: Some(LlmClient::new(
-            &snapshot.server.internal_url,
-            internal_token.clone(),
-        )),
+        client: Some(client.clone()),
     };
+    let reloaded = Arc::new(tokio::sync::Notify::new());
+    tasks.push(tokio::spawn(crate::lock::maintain(
+        store.clone(),
+        client,
+        lock.clone(),
+        options.lock.clone(),
+        reloaded.clone(),
+        stopped.clone(),
+    )));
     let service = ExtProcService::new(store.clone(), metrics.clone(), services)
         .with_records(records)
         .into_server();
@@ -179,6 +192,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         store: store.clone(),
         metrics: metrics.clone(),
         state: state.clone(),
+        lock,
     });
     let signal = wait_for(stopped.clone());
     tasks.push(tokio::spawn(async move {
@@ -194,6 +208,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     tasks.push(tokio::spawn(watch_config(
         store.clone(),
         metrics.clone(),
+        reloaded,
         options.reload_interval,
         stopped,
     )));
@@ -229,6 +244,7 @@ async fn wait_for(mut stopped: watch::Receiver<bool>) {
 async fn watch_config(
     store: Arc<ConfigStore>,
     metrics: Arc<Metrics>,
+    reloaded: Arc<tokio::sync::Notify>,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -251,6 +267,7 @@ async fn watch_config(
                     .get_or_create(&ReloadLabels { result: "applied" })
                     .inc();
                 tracing::info!(%version, "configuration reloaded");
+                reloaded.notify_one();
             }
             ReloadOutcome::Rejected(errors) => {
                 metrics

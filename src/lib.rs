@@ -15,6 +15,7 @@ pub mod engine;
 pub mod extproc;
 pub mod inference;
 pub mod llm;
+pub mod lock;
 pub mod observability;
 pub mod records;
 pub mod selection;

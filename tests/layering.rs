@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["app"],
     &["extproc", "admin", "train"],
     &["records"],
+    &["lock"],
     &["engine"],
     &["config"],
     &["state"],

@@ -1,5 +1,5 @@
-//! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text), `/config`, and
-//! `POST /v1/outcomes` (feedback for the learning algorithms).
+//! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text), `/config`, `/lock`
+//! (the resolution lock) and `POST /v1/outcomes` (feedback for the learning algorithms).
 
 mod outcomes;
 
@@ -25,6 +25,8 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// Learned statistics and remembered runs.
     pub state: Arc<StateStore>,
+    /// The resolution lock, once resolved.
+    pub lock: crate::lock::LockSlot,
 }
 
 /// The admin routes.
@@ -34,6 +36,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/config", get(config))
+        .route("/lock", get(lock))
         .route("/v1/outcomes", post(outcomes::post))
         .with_state(state)
 }
@@ -128,7 +131,9 @@ async fn config(State(state): State<AdminState>) -> impl IntoResponse {
     let snapshot = state.store.snapshot();
     let body = json!({
         "version": snapshot.version,
-        "path": state.store.path().display().to_string(),
+        "source": state.store.source().describe(),
+        "bundle": snapshot.artifact.as_ref().map(|a| &a.bundle_digest),
+        "binding": snapshot.artifact.as_ref().map(|a| &a.binding_digest),
         "identities": snapshot.identities.iter().map(|i| json!({
             "name": i.name, "version": i.version, "contract": i.contract,
         })).collect::<Vec<_>>(),
@@ -140,4 +145,21 @@ async fn config(State(state): State<AdminState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
+}
+
+/// The resolution lock of the live configuration; 503 while it is being resolved.
+async fn lock(State(state): State<AdminState>) -> impl IntoResponse {
+    let version = state.store.snapshot().version.clone();
+    match state.lock.load_full() {
+        Some(lock) if lock.config_version == version => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            lock.document.to_string(),
+        ),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"error": "the resolution lock for the live configuration is being resolved", "configVersion": version}).to_string(),
+        ),
+    }
 }

@@ -1,6 +1,7 @@
-//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`, `replay`. Each subcommand runs the same parse and
+//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`, `replay`, `bundle`. Each subcommand runs the same parse and
 //! compile as the sidecar, so what the CLI accepts the sidecar accepts.
 
+mod bundle;
 mod replay;
 mod train;
 
@@ -28,8 +29,18 @@ enum Command {
     /// Run the ext_proc gRPC server and the admin HTTP server.
     Serve {
         /// Configuration file (YAML); reloaded when it changes.
+        #[arg(long, required_unless_present = "bundle", conflicts_with = "bundle")]
+        config: Option<PathBuf>,
+        /// A bundle folder to serve instead of a configuration file.
         #[arg(long)]
-        config: PathBuf,
+        bundle: Option<PathBuf>,
+        /// The binding that places the bundle (deployment sections, provider model ids);
+        /// reloaded when it changes.
+        #[arg(long, requires = "bundle")]
+        binding: Option<PathBuf>,
+        /// Write the resolution lock here at start-up and after every reload.
+        #[arg(long)]
+        lock: Option<PathBuf>,
         /// ext_proc listen address (`HOST:PORT` or `unix:/path`); overrides `server.grpcListen`.
         #[arg(long)]
         grpc_listen: Option<String>,
@@ -76,6 +87,8 @@ enum Command {
     Eval(train::EvalArgs),
     /// Re-derive recorded decisions under a configuration; report what would route differently.
     Replay(replay::ReplayArgs),
+    /// Build, inspect, check, export and import policy bundles.
+    Bundle(bundle::BundleArgs),
 }
 
 /// Entry point used by the binary.
@@ -84,14 +97,25 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             config,
+            bundle,
+            binding,
+            lock,
             grpc_listen,
             admin_listen,
             reload_interval_ms,
             log_json,
         } => {
             crate::observability::logging::init(log_json);
+            let source = match (config, bundle) {
+                (Some(path), _) => config::Source::File(path),
+                (None, bundle) => config::Source::Bundle {
+                    bundle: bundle.unwrap_or_default(),
+                    binding,
+                },
+            };
             serve(ServeOptions {
-                config,
+                source,
+                lock,
                 grpc_listen,
                 admin_listen,
                 reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
@@ -114,6 +138,7 @@ pub fn main() -> ExitCode {
             train::run_eval(args)
         }
         Command::Replay(args) => replay::run(&args),
+        Command::Bundle(args) => bundle::run(args),
     }
 }
 

@@ -1,5 +1,6 @@
-//! `mom-router replay RECORDS --config C`: re-derives each recorded decision under a
-//! configuration and reports the requests that would route differently. Exit status 0 when every
+//! `mom-router replay RECORDS --bundle B [--binding F]` (or `--config C`): re-derives each
+//! recorded decision under a bundle or configuration and reports the requests that would route
+//! differently; under the bundle that served them there must be none. Exit status 0 when every
 //! replayed decision is the same, 1 when any differs, 2 when the inputs cannot be read.
 
 use crate::config;
@@ -13,9 +14,15 @@ use std::process::ExitCode;
 pub struct ReplayArgs {
     /// Run records (JSONL, as the `records` sink writes them).
     records: PathBuf,
-    /// The configuration to replay them under.
+    /// The configuration file to replay them under.
+    #[arg(long, required_unless_present = "bundle", conflicts_with = "bundle")]
+    config: Option<PathBuf>,
+    /// The bundle folder to replay them under.
     #[arg(long)]
-    config: PathBuf,
+    bundle: Option<PathBuf>,
+    /// The binding for `--bundle` (needed when the policy uses the encoder).
+    #[arg(long, requires = "bundle")]
+    binding: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -23,13 +30,29 @@ pub struct ReplayArgs {
 
 /// Runs `replay`.
 pub fn run(args: &ReplayArgs) -> ExitCode {
-    let snapshot = match config::load(&args.config) {
-        Ok(snapshot) => snapshot,
-        Err(errors) => {
-            eprintln!("{}: {errors}", args.config.display());
+    let source = match (&args.config, &args.bundle) {
+        (Some(path), _) => config::Source::File(path.clone()),
+        (None, Some(bundle)) => config::Source::Bundle {
+            bundle: bundle.clone(),
+            binding: args.binding.clone(),
+        },
+        (None, None) => {
+            eprintln!("mom-router: give --config or --bundle");
             return ExitCode::from(2);
         }
     };
+    let snapshot = match source.load() {
+        Ok(snapshot) => snapshot,
+        Err(errors) => {
+            eprintln!("{}: {errors}", source.describe());
+            return ExitCode::from(2);
+        }
+    };
+    let bundle = snapshot
+        .artifact
+        .as_ref()
+        .map(|a| a.bundle_digest.clone())
+        .unwrap_or_default();
     let records = std::fs::read_to_string(&args.records)
         .map_err(|e| e.to_string())
         .and_then(|text| read(&text));
@@ -40,6 +63,10 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let from_bundle = records
+        .iter()
+        .filter(|r| !bundle.is_empty() && r.bundle_digest == bundle)
+        .count();
     let report = replay(&snapshot, &records);
     let text = if args.json {
         let differences: Vec<serde_json::Value> = report
@@ -56,6 +83,8 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
             .map(|(record, why)| serde_json::json!({"record": record, "why": why}))
             .collect();
         let out = serde_json::json!({"config_version": snapshot.version, "records": records.len(),
+            "bundle": if bundle.is_empty() { None } else { Some(&bundle) },
+            "from_this_bundle": from_bundle,
             "replayed": report.replayed, "same": report.same,
             "differences": differences, "skipped": skipped});
         format!("{out:#}")
@@ -76,6 +105,12 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
                 .iter()
                 .map(|(record, why)| format!("{record}: not replayed: {why}")),
         );
+        if !bundle.is_empty() {
+            lines.push(format!(
+                "bundle {bundle}: {from_bundle} of {} records were served by it",
+                records.len()
+            ));
+        }
         lines.push(format!(
             "{} records under {}: {} replayed, {} same, {} different, {} not replayed",
             records.len(),

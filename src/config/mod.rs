@@ -2,6 +2,8 @@
 //! [`Snapshot`], and held in a [`ConfigStore`] that hot-reloads it. `check-config` and `serve`
 //! run exactly the same [`load`].
 
+pub mod binding;
+pub mod bundle;
 pub mod compile;
 mod error;
 mod parse;
@@ -14,6 +16,7 @@ mod raw_selection;
 mod snapshot;
 mod store;
 
+pub use binding::Artifact;
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use plugin::{CacheRule, GroundingRule, Plugin};
 pub use snapshot::{
@@ -22,7 +25,7 @@ pub use snapshot::{
     RemomLooper, Server, Sessions, Snapshot, WorkflowsLooper,
 };
 pub use snapshot::{Contract, OnViolation};
-pub use store::{ConfigStore, ReloadOutcome};
+pub use store::{ConfigStore, ReloadOutcome, Source};
 
 use sha2::{Digest, Sha256};
 use std::path::Path;

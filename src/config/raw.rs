@@ -31,6 +31,9 @@ pub struct RawServer {
     /// Envoy's internal listener, where loopers send their sub-requests (default
     /// `http://127.0.0.1:10001`).
     pub internal_url: Option<String>,
+    /// Envoy's admin listener (`http://127.0.0.1:9901`): the resolution lock records the Envoy
+    /// version it reports.
+    pub envoy_admin: Option<String>,
 }
 
 /// Neural inference settings.

@@ -33,6 +33,8 @@ pub struct Server {
     pub list_models: bool,
     /// Envoy's internal listener for loopers' sub-requests (read at start).
     pub internal_url: String,
+    /// Envoy's admin listener, asked for its version by the resolution lock.
+    pub envoy_admin: Option<String>,
 }
 
 /// Price per million tokens.
@@ -429,6 +431,9 @@ pub struct Snapshot {
     pub observe_responses: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
+    /// The bundle and binding this snapshot was composed from; `None` for a plain
+    /// configuration file.
+    pub artifact: Option<super::binding::Artifact>,
     pub(super) model_index: HashMap<String, usize>,
     pub(super) identity_index: HashMap<String, usize>,
 }

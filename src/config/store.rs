@@ -1,6 +1,7 @@
 //! The live configuration: one `ArcSwap<Snapshot>`, read once per stream, replaced whole on a
 //! successful reload. A failed reload keeps the last good snapshot and reports every error; so
-//! does a reload that changes an identity's meaning without bumping its version.
+//! does a reload that changes an identity's meaning without bumping its version. The source is
+//! one YAML file or a bundle with its binding.
 
 use super::{compile_file, hex_sha256, read_file, ConfigErrors, Snapshot};
 use arc_swap::ArcSwap;
@@ -25,19 +26,83 @@ pub enum ReloadOutcome {
 #[derive(Debug)]
 pub struct ConfigStore {
     current: ArcSwap<Snapshot>,
-    path: PathBuf,
+    source: Source,
     last_seen: Mutex<String>,
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// One YAML file.
+    File(PathBuf),
+    /// A bundle folder, placed by a binding file (or unbound).
+    Bundle {
+        /// The bundle folder.
+        bundle: PathBuf,
+        /// The binding file.
+        binding: Option<PathBuf>,
+    },
+}
+
+impl Source {
+    /// The source in words, for `/config` and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::Bundle { bundle, binding } => match binding {
+                Some(binding) => format!("{} bound by {}", bundle.display(), binding.display()),
+                None => format!("{} (unbound)", bundle.display()),
+            },
+        }
+    }
+
+    /// A fingerprint of the inputs (the file's bytes; the bundle manifest and binding bytes)
+    /// and, for a file, the bytes to compile.
+    fn read(&self) -> Result<(String, Option<Vec<u8>>), ConfigErrors> {
+        match self {
+            Self::File(path) => {
+                let bytes = read_file(path)?;
+                Ok((hex_sha256(&bytes), Some(bytes)))
+            }
+            Self::Bundle { bundle, binding } => {
+                let mut seen = read_file(&bundle.join(super::bundle::MANIFEST))?;
+                if let Some(binding) = binding {
+                    seen.extend(read_file(binding)?);
+                }
+                Ok((hex_sha256(&seen), None))
+            }
+        }
+    }
+
+    fn compile(&self, bytes: Option<Vec<u8>>) -> Result<Snapshot, ConfigErrors> {
+        match self {
+            Self::File(path) => compile_file(path, bytes.unwrap_or_default()),
+            Self::Bundle { bundle, binding } => {
+                super::binding::compile_bound(bundle, binding.as_deref())
+            }
+        }
+    }
+
+    /// Reads and compiles the source once.
+    pub fn load(&self) -> Result<Snapshot, ConfigErrors> {
+        let (_, bytes) = self.read()?;
+        self.compile(bytes)
+    }
 }
 
 impl ConfigStore {
     /// Loads `path`; fails with every error when it does not compile.
     pub fn open(path: &Path) -> Result<Self, ConfigErrors> {
-        let bytes = read_file(path)?;
-        let seen = hex_sha256(&bytes);
-        let snapshot = compile_file(path, bytes)?;
+        Self::open_source(Source::File(path.to_owned()))
+    }
+
+    /// Loads `source`; fails with every error when it does not compile.
+    pub fn open_source(source: Source) -> Result<Self, ConfigErrors> {
+        let (seen, bytes) = source.read()?;
+        let snapshot = source.compile(bytes)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
-            path: path.to_owned(),
+            source,
             last_seen: Mutex::new(seen),
         })
     }
@@ -46,7 +111,7 @@ impl ConfigStore {
     pub fn from_snapshot(snapshot: Snapshot, path: PathBuf) -> Self {
         Self {
             current: ArcSwap::from_pointee(snapshot),
-            path,
+            source: Source::File(path),
             last_seen: Mutex::new(String::new()),
         }
     }
@@ -56,18 +121,17 @@ impl ConfigStore {
         self.current.load_full()
     }
 
-    /// The file this store reloads from.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where this store reloads from.
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 
-    /// Re-reads the file; applies it when it changed and compiles.
+    /// Re-reads the source; applies it when it changed and compiles.
     pub fn reload(&self) -> ReloadOutcome {
-        let Ok(bytes) = std::fs::read(&self.path) else {
-            // A file being replaced can be briefly absent; the next poll sees the new one.
+        // A file being replaced can be briefly absent; the next poll sees the new one.
+        let Ok((hash, bytes)) = self.source.read() else {
             return ReloadOutcome::Unchanged;
         };
-        let hash = hex_sha256(&bytes);
         {
             let Ok(mut seen) = self.last_seen.lock() else {
                 return ReloadOutcome::Unchanged;
@@ -77,7 +141,7 @@ impl ConfigStore {
             }
             *seen = hash;
         }
-        match compile_file(&self.path, bytes) {
+        match self.source.compile(bytes) {
             Ok(snapshot) => {
                 let changes = super::compile::unversioned_changes(&self.snapshot(), &snapshot);
                 if !changes.is_empty() {

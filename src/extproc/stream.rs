@@ -274,7 +274,12 @@ impl StreamState {
                 );
                 trace.run_id = Some(run_id);
                 if self.records.is_some() {
-                    self.record = Some(crate::records::from_trace(&trace, now_ms(), "upstream"));
+                    self.record = Some(crate::records::from_trace(
+                        &trace,
+                        self.snapshot.artifact.as_ref(),
+                        now_ms(),
+                        "upstream",
+                    ));
                 }
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
@@ -323,7 +328,12 @@ impl StreamState {
                     trace.run_id = Some(run_id);
                 }
                 if self.records.is_some() && chat {
-                    let mut record = crate::records::from_trace(&trace, now_ms(), "immediate");
+                    let mut record = crate::records::from_trace(
+                        &trace,
+                        self.snapshot.artifact.as_ref(),
+                        now_ms(),
+                        "immediate",
+                    );
                     record.status = u32::from(reply.status);
                     self.record = Some(record);
                 }

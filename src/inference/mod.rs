@@ -16,6 +16,7 @@ pub use head::{
     argmax, f32s_from_le, f32s_to_le, softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT,
 };
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
+pub use onnx_session::loaded_runtime as loaded_onnx_runtime;
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 

@@ -44,6 +44,20 @@ fn environment(library: &Path) -> Result<Environment, InferenceError> {
     }
 }
 
+/// The ONNX Runtime this process loaded: the library's path and its build string
+/// (`git-branch=…, git-commit-id=…, build type=…`), or `None` when no runtime was loaded.
+pub fn loaded_runtime() -> Option<(PathBuf, String)> {
+    let slot = RUNTIME.get()?.lock().ok()?;
+    match slot.as_ref() {
+        Some((library, Ok(_))) => {
+            let info = ort::info();
+            let info = info.strip_prefix("ORT Build Info: ").unwrap_or(info);
+            Some((library.clone(), info.to_owned()))
+        }
+        _ => None,
+    }
+}
+
 fn provider(name: &str) -> Option<ep::ExecutionProviderDispatch> {
     match name {
         "cuda" => Some(ep::CUDA::default().build().error_on_failure()),

@@ -41,6 +41,7 @@ pub enum CallError {
 /// Sends sub-requests to one internal listener.
 #[derive(Debug, Clone)]
 pub struct LlmClient {
+    base: String,
     url: String,
     token: String,
     http: reqwest::Client,
@@ -50,8 +51,10 @@ impl LlmClient {
     /// A client for the internal listener at `base` (`http://127.0.0.1:10001`) signing with
     /// `token`.
     pub fn new(base: &str, token: String) -> Self {
+        let base = base.trim_end_matches('/').to_owned();
         Self {
-            url: format!("{}/v1/chat/completions", base.trim_end_matches('/')),
+            url: format!("{base}/v1/chat/completions"),
+            base,
             token,
             http: reqwest::Client::new(),
         }
@@ -102,6 +105,47 @@ impl LlmClient {
                 body,
                 latency: started.elapsed(),
             })
+        };
+        match tokio::time::timeout(deadline, read).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout(deadline.as_millis() as u64)),
+        }
+    }
+}
+
+impl LlmClient {
+    /// The model ids the backend behind logical model `model` lists at `GET /v1/models`,
+    /// waiting at most `deadline`.
+    pub async fn list_models(
+        &self,
+        model: &str,
+        deadline: Duration,
+    ) -> Result<Vec<String>, CallError> {
+        let send = self
+            .http
+            .get(format!("{}/v1/models", self.base))
+            .header("x-selected-model", model)
+            .header(TOKEN_HEADER, &self.token)
+            .send();
+        let read = async {
+            let response = send
+                .await
+                .map_err(|e| CallError::Transport(e.to_string()))?;
+            let status = response.status().as_u16();
+            if !(200..300).contains(&status) {
+                return Err(CallError::Status(status));
+            }
+            let body: serde_json::Value = response
+                .json()
+                .await
+                .map_err(|e| CallError::Malformed(e.to_string()))?;
+            let Some(data) = body["data"].as_array() else {
+                return Err(CallError::Malformed("no data list".to_owned()));
+            };
+            Ok(data
+                .iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                .collect())
         };
         match tokio::time::timeout(deadline, read).await {
             Ok(result) => result,

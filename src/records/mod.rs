@@ -23,8 +23,9 @@ pub mod pb {
 
 pub use pb::RunRecord;
 
-use crate::config::RecordSettings;
+use crate::config::{Artifact, RecordSettings};
 use crate::engine::Trace;
+use crate::lock::LockSlot;
 use crate::state::StateStore;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ const QUEUE: usize = 4096;
 pub struct RecordSink {
     queue: mpsc::Sender<RunRecord>,
     dropped: Counter,
+    lock: LockSlot,
     /// Record the last user message.
     pub include_prompts: bool,
     /// Redact personal data in recorded prompts.
@@ -52,6 +54,7 @@ impl RecordSink {
         settings: &RecordSettings,
         state: Arc<StateStore>,
         dropped: Counter,
+        lock: LockSlot,
         mut stop: watch::Receiver<bool>,
     ) -> (Self, JoinHandle<()>) {
         let (queue, mut records) = mpsc::channel::<RunRecord>(QUEUE);
@@ -98,14 +101,21 @@ impl RecordSink {
         let sink = Self {
             queue,
             dropped,
+            lock,
             include_prompts: settings.include_prompts,
             redact: settings.redact,
         };
         (sink, writer)
     }
 
-    /// Queues a record; a full queue drops it (counted).
-    pub fn send(&self, record: RunRecord) {
+    /// Queues a record, stamped with the resolution lock's digest when the lock describes the
+    /// configuration that decided it; a full queue drops it (counted).
+    pub fn send(&self, mut record: RunRecord) {
+        if let Some(lock) = self.lock.load().as_ref() {
+            if lock.config_version == record.config_version {
+                record.lock_digest = lock.digest.clone();
+            }
+        }
         if self.queue.try_send(record).is_err() {
             self.dropped.inc();
         }
@@ -114,7 +124,12 @@ impl RecordSink {
 
 /// The record of what `trace` says, decided at `time_unix_ms`; the response fields are filled
 /// as the response goes.
-pub fn from_trace(trace: &Trace, time_unix_ms: u64, response_path: &str) -> RunRecord {
+pub fn from_trace(
+    trace: &Trace,
+    artifact: Option<&Artifact>,
+    time_unix_ms: u64,
+    response_path: &str,
+) -> RunRecord {
     let looper = trace.looper.as_ref().map(|looper| pb::LooperRecord {
         kind: looper.kind.to_owned(),
         calls: looper
@@ -186,6 +201,13 @@ pub fn from_trace(trace: &Trace, time_unix_ms: u64, response_path: &str) -> RunR
         contract: trace.contract_label().unwrap_or_default(),
         grounding: trace.grounding.clone().unwrap_or_default(),
         prompt: None,
+        bundle_digest: artifact
+            .map(|a| a.bundle_digest.clone())
+            .unwrap_or_default(),
+        binding_digest: artifact
+            .map(|a| a.binding_digest.clone())
+            .unwrap_or_default(),
+        lock_digest: String::new(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! tests can rewrite it and watch the hot reload.
 
 use mom_router::app::{self, Running, ServeOptions};
+use mom_router::config::Source;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 pub struct Sidecar {
     /// The running servers.
     pub running: Running,
-    /// The configuration file.
+    /// The configuration file (the binding, for a bundle).
     pub config: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -25,8 +26,34 @@ impl Sidecar {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yaml");
         std::fs::write(&config, config_text).unwrap();
+        Self::start_source(Source::File(config.clone()), None, listen, config, dir).await
+    }
+
+    /// Starts mom-router serving the bundle folder `bundle`, bound by `binding_text` (written to
+    /// `binding.yaml`, the file [`Self::rewrite_config`] then replaces), writing its resolution
+    /// lock to `lock.json` in the same temp folder.
+    pub async fn start_bundle(bundle: &std::path::Path, binding_text: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let binding = dir.path().join("binding.yaml");
+        std::fs::write(&binding, binding_text).unwrap();
+        let source = Source::Bundle {
+            bundle: bundle.to_owned(),
+            binding: Some(binding.clone()),
+        };
+        let lock = dir.path().join("lock.json");
+        Self::start_source(source, Some(lock), "127.0.0.1:0", binding, dir).await
+    }
+
+    async fn start_source(
+        source: Source,
+        lock: Option<PathBuf>,
+        listen: &str,
+        config: PathBuf,
+        dir: tempfile::TempDir,
+    ) -> Self {
         let running = app::start(ServeOptions {
-            config: config.clone(),
+            source,
+            lock,
             grpc_listen: Some(listen.to_owned()),
             admin_listen: Some("127.0.0.1:0".to_owned()),
             reload_interval: Duration::from_millis(50),

@@ -13,6 +13,7 @@ use std::time::Duration;
 /// How the sidecar runs in a stack.
 enum Mode<'a> {
     Tcp(&'a str),
+    Bundle(&'a Path, &'a str),
     Replicas(&'a str),
     Unix(&'a str, &'a Path),
     Down,
@@ -37,6 +38,12 @@ impl Stack {
     /// The quickstart policy over TCP.
     pub async fn start() -> Self {
         Self::start_mode(Mode::Tcp(&quickstart_config())).await
+    }
+
+    /// A bundle folder bound by `binding` over TCP. In the binding, `INTERNAL_URL` and
+    /// `ENVOY_ADMIN` stand for Envoy's internal listener and admin addresses.
+    pub async fn start_bundle(bundle: &Path, binding: &str) -> Self {
+        Self::start_mode(Mode::Bundle(bundle, binding)).await
     }
 
     /// Another policy over TCP.
@@ -84,6 +91,20 @@ impl Stack {
                 let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
                 let config = config.replace("http://127.0.0.1:10001", &internal);
                 let sidecar = Sidecar::start(&config, 0).await;
+                ports.insert(envoy::SIDECAR, sidecar.grpc_port());
+                (Some(sidecar), Envoy::start(ports).await)
+            }
+            Mode::Bundle(bundle, binding) => {
+                let binding = binding
+                    .replace(
+                        "INTERNAL_URL",
+                        &format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]),
+                    )
+                    .replace(
+                        "ENVOY_ADMIN",
+                        &format!("http://127.0.0.1:{}", ports[&envoy::ADMIN]),
+                    );
+                let sidecar = Sidecar::start_bundle(bundle, &binding).await;
                 ports.insert(envoy::SIDECAR, sidecar.grpc_port());
                 (Some(sidecar), Envoy::start(ports).await)
             }

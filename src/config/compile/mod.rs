@@ -223,6 +223,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         ner: ner.map(|n| n.handle),
         model_index,
         identity_index,
+        artifact: None,
     })
 }
 
@@ -298,10 +299,23 @@ fn compile_server(raw: &RawConfig, errors: &mut Errors) -> Option<Server> {
             );
         }
     }
+    let envoy_admin = server.and_then(|s| s.envoy_admin.clone());
+    if let Some(url) = &envoy_admin {
+        if url
+            .strip_prefix("http://")
+            .is_none_or(|host| host.is_empty())
+        {
+            errors.push(
+                "server.envoyAdmin",
+                format!("{url:?} is not an http://HOST:PORT address of Envoy's admin listener"),
+            );
+        }
+    }
     if max_body_bytes == 0 {
         errors.push("server.maxBodyBytes", "must be greater than 0");
     }
     Some(Server {
+        envoy_admin,
         grpc_listen: grpc_listen?,
         admin_listen: admin_listen?,
         max_body_bytes,

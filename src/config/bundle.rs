@@ -1,0 +1,368 @@
+//! The bundle: a policy's meaning as one content-addressed artifact. A bundle is a folder with
+//! `policy.yaml` (every section that decides: identities, signals, projections, decisions,
+//! models, sessions), `assets/` (trained heads, named by their hash) and `bundle.json` (the
+//! manifest: every file's SHA-256 and the digest over them). The digest is the bundle's
+//! identity: the same spec and assets give the same digest, any change gives another.
+//! Deployment sections (server, inference, state, records) never enter a bundle; a binding
+//! supplies them (see [`super::binding`]).
+
+use super::{hex_sha256, ConfigError, ConfigErrors};
+use serde::{Deserialize, Serialize};
+use serde_yaml::{Mapping, Value};
+use std::path::{Component, Path, PathBuf};
+
+/// The manifest's format tag.
+pub const FORMAT: &str = "mom-router.bundle/v1";
+/// The manifest's file name inside a bundle folder.
+pub const MANIFEST: &str = "bundle.json";
+/// The policy's file name inside a bundle folder.
+pub const POLICY: &str = "policy.yaml";
+/// Top-level sections that belong to a deployment, not to the bundle.
+pub const DEPLOYMENT_SECTIONS: &[&str] = &["server", "inference", "state", "records"];
+
+/// `bundle.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Manifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// `sha256:` and the hex digest over every listed file (see [`digest_of`]).
+    pub digest: String,
+    /// The spec's `version` label.
+    pub version: String,
+    /// Every file of the bundle but the manifest, sorted by path.
+    pub files: Vec<FileEntry>,
+    /// Where each asset is used in the policy.
+    pub assets: Vec<AssetEntry>,
+    /// Deployment sections the spec carried: what a binding is expected to supply.
+    pub binds: Vec<String>,
+}
+
+/// One file and its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Path inside the bundle, `/`-separated.
+    pub path: String,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its length.
+    pub bytes: u64,
+}
+
+/// A semantic asset and the policy value that names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssetEntry {
+    /// The YAML path naming it, e.g. `signals[4].head`.
+    pub role: String,
+    /// Path inside the bundle.
+    pub path: String,
+    /// Hex SHA-256 of its bytes.
+    pub sha256: String,
+}
+
+/// A bundle read from disk and verified.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    /// The bundle folder (absolute).
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// The policy document, asset paths still relative to the bundle.
+    pub policy: Mapping,
+}
+
+/// The digest over `files` (sorted by path): SHA-256 of the format tag and one
+/// `path TAB sha256` line per file.
+pub fn digest_of(files: &[FileEntry]) -> String {
+    let mut text = format!("{FORMAT}\n");
+    for file in files {
+        text.push_str(&format!("{}\t{}\n", file.path, file.sha256));
+    }
+    format!("sha256:{}", hex_sha256(text.as_bytes()))
+}
+
+fn error(path: impl Into<String>, message: impl Into<String>) -> ConfigErrors {
+    ConfigErrors(vec![ConfigError::new(path, message)])
+}
+
+/// What `build` produced.
+#[derive(Debug)]
+pub struct Built {
+    /// The new bundle's manifest.
+    pub manifest: Manifest,
+    /// The spec's deployment sections: a starting binding for this bundle.
+    pub binding: Mapping,
+}
+
+/// Builds a bundle from the configuration at `spec` into the empty or absent folder `out`.
+/// The spec must compile as it is (so a bundle is never built from a broken policy).
+pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
+    super::load(spec)?;
+    let text = std::fs::read_to_string(spec)
+        .map_err(|e| error("", format!("cannot read {}: {e}", spec.display())))?;
+    let Ok(Value::Mapping(document)) = serde_yaml::from_str::<Value>(&text) else {
+        return Err(error("", "the spec must be a YAML mapping"));
+    };
+    let base = spec.parent().unwrap_or(Path::new("."));
+    if out.exists()
+        && std::fs::read_dir(out)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        return Err(error(
+            "",
+            format!(
+                "{} exists and is not empty; bundles are never overwritten",
+                out.display()
+            ),
+        ));
+    }
+    let mut policy = Mapping::new();
+    let mut binding = Mapping::new();
+    for (key, value) in document {
+        let deployment = key
+            .as_str()
+            .is_some_and(|k| DEPLOYMENT_SECTIONS.contains(&k));
+        if deployment {
+            binding.insert(key, value);
+        } else {
+            policy.insert(key, value);
+        }
+    }
+    anchor_paths(&mut binding, base);
+    let assets_dir = out.join("assets");
+    std::fs::create_dir_all(&assets_dir)
+        .map_err(|e| error("", format!("cannot create {}: {e}", assets_dir.display())))?;
+    let mut assets = Vec::new();
+    for (role, value) in asset_values(&mut policy) {
+        let Some(source) = value.as_str().map(|s| base.join(s)) else {
+            continue;
+        };
+        let bytes = std::fs::read(&source)
+            .map_err(|e| error(&role, format!("cannot read {}: {e}", source.display())))?;
+        let sha256 = hex_sha256(&bytes);
+        let name = source
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "asset".to_owned());
+        let path = format!("assets/{}-{name}", &sha256[..12]);
+        write(&out.join(&path), &bytes)?;
+        *value = Value::String(path.clone());
+        assets.push(AssetEntry { role, path, sha256 });
+    }
+    let policy_text = serde_yaml::to_string(&Value::Mapping(policy))
+        .map_err(|e| error("", format!("cannot write the policy: {e}")))?;
+    write(&out.join(POLICY), policy_text.as_bytes())?;
+    let mut files = list_files(out)?;
+    files.retain(|f| f.path != MANIFEST);
+    let version = match serde_yaml::from_str::<Value>(&policy_text) {
+        Ok(Value::Mapping(m)) => m
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
+    };
+    let manifest = Manifest {
+        format: FORMAT.to_owned(),
+        digest: digest_of(&files),
+        version,
+        files,
+        assets,
+        binds: binding
+            .keys()
+            .filter_map(|k| k.as_str().map(str::to_owned))
+            .collect(),
+    };
+    let json = serde_json::to_string_pretty(&manifest)
+        .map_err(|e| error("", format!("cannot write the manifest: {e}")))?;
+    write(&out.join(MANIFEST), format!("{json}\n").as_bytes())?;
+    Ok(Built { manifest, binding })
+}
+
+/// Every policy value that names an asset file, with its YAML path: each signal's `head`.
+fn asset_values(policy: &mut Mapping) -> Vec<(String, &mut Value)> {
+    let mut found = Vec::new();
+    if let Some(Value::Sequence(signals)) = policy.get_mut("signals") {
+        for (i, signal) in signals.iter_mut().enumerate() {
+            if let Some(head) = signal.get_mut("head") {
+                found.push((format!("signals[{i}].head"), head));
+            }
+        }
+    }
+    found
+}
+
+/// Makes the deployment sections' file paths absolute (they were relative to the spec), so
+/// the starting binding works wherever it is written.
+fn anchor_paths(binding: &mut Mapping, base: &Path) {
+    let Ok(base) = std::path::absolute(base) else {
+        return;
+    };
+    let anchor = |value: Option<&mut Value>| {
+        if let Some(Value::String(path)) = value {
+            *path = base.join(&*path).display().to_string();
+        }
+    };
+    if let Some(inference) = binding.get_mut("inference") {
+        for model in ["encoder", "ner"] {
+            if let Some(settings) = inference.get_mut(model) {
+                for key in ["modelDir", "onnxModel", "runtimeLibrary"] {
+                    anchor(settings.get_mut(key));
+                }
+            }
+        }
+    }
+    if let Some(records) = binding.get_mut("records") {
+        anchor(records.get_mut("path"));
+    }
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), ConfigErrors> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| error("", format!("cannot create {}: {e}", parent.display())))?;
+    }
+    std::fs::write(path, bytes)
+        .map_err(|e| error("", format!("cannot write {}: {e}", path.display())))
+}
+
+/// Every regular file under `dir` with its hash, sorted by path.
+fn list_files(dir: &Path) -> Result<Vec<FileEntry>, ConfigErrors> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(folder) = pending.pop() {
+        let entries = std::fs::read_dir(&folder)
+            .map_err(|e| error("", format!("cannot read {}: {e}", folder.display())))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let bytes = std::fs::read(&path)
+                .map_err(|e| error("", format!("cannot read {}: {e}", path.display())))?;
+            let relative = path
+                .strip_prefix(dir)
+                .map(|p| {
+                    p.components()
+                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .unwrap_or_default();
+            files.push(FileEntry {
+                path: relative,
+                sha256: hex_sha256(&bytes),
+                bytes: bytes.len() as u64,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+/// A manifest path that stays inside the bundle: relative, no `..`, no root.
+fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
+    let relative = Path::new(path);
+    let plain = relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)));
+    (plain && !path.is_empty()).then(|| dir.join(relative))
+}
+
+/// Reads the bundle at `dir` and checks every file against the manifest and the manifest's
+/// digest against its files. Any difference is an error naming the file.
+pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
+    let dir =
+        std::path::absolute(dir).map_err(|e| error("bundle", format!("{}: {e}", dir.display())))?;
+    let manifest_path = dir.join(MANIFEST);
+    let text = std::fs::read_to_string(&manifest_path).map_err(|e| {
+        error(
+            "bundle",
+            format!(
+                "cannot read {}: {e} (is this a bundle folder?)",
+                manifest_path.display()
+            ),
+        )
+    })?;
+    let manifest: Manifest = serde_json::from_str(&text)
+        .map_err(|e| error(MANIFEST, format!("not a bundle manifest: {e}")))?;
+    if manifest.format != FORMAT {
+        return Err(error(
+            format!("{MANIFEST}.format"),
+            format!("{:?} is not {FORMAT:?}", manifest.format),
+        ));
+    }
+    let mut problems = Vec::new();
+    for file in &manifest.files {
+        let Some(path) = inside(&dir, &file.path) else {
+            problems.push(ConfigError::new(
+                MANIFEST,
+                format!("file path {:?} leaves the bundle", file.path),
+            ));
+            continue;
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) if hex_sha256(&bytes) == file.sha256 => {}
+            Ok(_) => problems.push(ConfigError::new(
+                &file.path,
+                "content does not match the manifest's sha256 (the bundle was modified)",
+            )),
+            Err(e) => problems.push(ConfigError::new(&file.path, format!("missing: {e}"))),
+        }
+    }
+    let mut sorted = manifest.files.clone();
+    sorted.sort_by(|a, b| a.path.cmp(&b.path));
+    if digest_of(&sorted) != manifest.digest {
+        problems.push(ConfigError::new(
+            format!("{MANIFEST}.digest"),
+            "does not match the listed files (the manifest was modified)",
+        ));
+    }
+    for asset in &manifest.assets {
+        if !manifest
+            .files
+            .iter()
+            .any(|f| f.path == asset.path && f.sha256 == asset.sha256)
+        {
+            problems.push(ConfigError::new(
+                format!("{MANIFEST}.assets"),
+                format!("{} is not a listed file", asset.path),
+            ));
+        }
+    }
+    if !manifest.files.iter().any(|f| f.path == POLICY) {
+        problems.push(ConfigError::new(MANIFEST, format!("lists no {POLICY}")));
+    }
+    if !problems.is_empty() {
+        return Err(ConfigErrors(problems));
+    }
+    let policy_text = std::fs::read_to_string(dir.join(POLICY))
+        .map_err(|e| error(POLICY, format!("cannot read: {e}")))?;
+    let policy = match serde_yaml::from_str::<Value>(&policy_text) {
+        Ok(Value::Mapping(policy)) => policy,
+        Ok(_) => return Err(error(POLICY, "must be a YAML mapping")),
+        Err(e) => return Err(error(POLICY, format!("not valid YAML: {e}"))),
+    };
+    Ok(Bundle {
+        dir,
+        manifest,
+        policy,
+    })
+}
+
+impl Bundle {
+    /// The policy with every asset path made absolute, ready to merge with a binding.
+    pub fn resolved_policy(&self) -> Mapping {
+        let mut policy = self.policy.clone();
+        for (_, value) in asset_values(&mut policy) {
+            if let Some(path) = value.as_str().and_then(|p| inside(&self.dir, p)) {
+                *value = Value::String(path.display().to_string());
+            }
+        }
+        policy
+    }
+}
