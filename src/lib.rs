@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod decision;
 pub mod engine;
+pub mod eval;
 pub mod extproc;
 pub mod inference;
 pub mod llm;

@@ -12,7 +12,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["app"],
-    &["extproc", "admin", "train"],
+    &["extproc", "admin", "train", "eval"],
     &["records"],
     &["lock"],
     &["engine"],

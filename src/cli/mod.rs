@@ -1,7 +1,9 @@
-//! The command line: `serve`, `check-config`, `explain`, `train`, `eval`, `replay`, `bundle`. Each subcommand runs the same parse and
+//! The command line: `serve`, `check-config`, `explain`, `train`, `eval-signal`, `eval`,
+//! `replay`, `bundle`. Each subcommand runs the same parse and
 //! compile as the sidecar, so what the CLI accepts the sidecar accepts.
 
 mod bundle;
+mod eval;
 mod replay;
 mod train;
 
@@ -84,7 +86,9 @@ enum Command {
     /// Fit a classification head on frozen sentence embeddings of labelled examples.
     Train(train::TrainArgs),
     /// Score a configured signal on labelled examples, through the routing code.
-    Eval(train::EvalArgs),
+    EvalSignal(train::EvalArgs),
+    /// Run a suite through Envoy against identities and every fixed model; write a scorecard.
+    Eval(eval::EvalArgs),
     /// Re-derive recorded decisions under a configuration; report what would route differently.
     Replay(replay::ReplayArgs),
     /// Build, inspect, check, export and import policy bundles.
@@ -133,10 +137,11 @@ pub fn main() -> ExitCode {
             crate::observability::logging::init(false);
             train::run_train(args)
         }
-        Command::Eval(args) => {
+        Command::EvalSignal(args) => {
             crate::observability::logging::init(false);
             train::run_eval(args)
         }
+        Command::Eval(args) => eval::run(args),
         Command::Replay(args) => replay::run(&args),
         Command::Bundle(args) => bundle::run(args),
     }

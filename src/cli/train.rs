@@ -1,4 +1,4 @@
-//! `mom-router train` and `mom-router eval`: argument shapes and printing; the work is in
+//! `mom-router train` and `mom-router eval-signal`: argument shapes and printing; the work is in
 //! [`crate::train`].
 
 use crate::train::{self, EvalOptions, FitSettings, Split, TrainOptions};
@@ -54,7 +54,7 @@ pub struct TrainArgs {
     cache: Option<PathBuf>,
 }
 
-/// Arguments of `mom-router eval`.
+/// Arguments of `mom-router eval-signal`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
     /// Configuration that defines the signal.

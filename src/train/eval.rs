@@ -1,4 +1,4 @@
-//! `mom-router eval`: runs one configured signal over labelled examples, each sent as a
+//! `mom-router eval-signal`: runs one configured signal over labelled examples, each sent as a
 //! single user message through the same neural inputs and evaluation the router uses.
 
 use super::data::{is_held_out, read_examples};
@@ -20,7 +20,7 @@ pub enum Split {
     HeldOut(u32),
 }
 
-/// What `mom-router eval` scores.
+/// What `mom-router eval-signal` scores.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
     /// The signal's name in the configuration.

@@ -1,4 +1,4 @@
-//! `mom-router train` and `mom-router eval`: router-owned heads fitted on frozen sentence
+//! `mom-router train` and `mom-router eval-signal`: router-owned heads fitted on frozen sentence
 //! embeddings from labelled JSON Lines, and the quality of a configured signal measured on
 //! labelled data through exactly the code that routes requests.
 

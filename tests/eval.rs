@@ -1,0 +1,234 @@
+//! `mom-router eval` end to end through the real Envoy with FAKE upstreams whose answers are
+//! queued, so every score, call, token, cost and comparison on the scorecard can be computed by
+//! hand.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use serde_json::{json, Value};
+use std::process::Command;
+use support::stack::Stack;
+
+/// Prices chosen so each FAKE call (5 prompt + 7 completion tokens) costs a round number:
+/// SmolLM2 (5·1000 + 7·2000)/1e6 = 0.019, the coder (5·3000 + 7·6000)/1e6 = 0.057.
+const POLICY: &str = r#"
+version: eval-test
+models:
+  - {name: smollm2-135m, providerModel: smollm2-135m, pricing: {inputPerMillion: 1000, outputPerMillion: 2000}}
+  - {name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, pricing: {inputPerMillion: 3000, outputPerMillion: 6000}}
+identities:
+  - name: mom/auto
+    defaultModel: smollm2-135m
+    decisions: [code]
+signals:
+  - {name: code, type: keyword, keywords: [python]}
+decisions:
+  - name: code
+    rules: {signal: code}
+    modelRefs: [{model: qwen2.5-coder-0.5b}]
+"#;
+
+const SUITE: &str = r#"{"id": "capital", "kind": "exact", "prompt": "What is the capital of France? Reply with the city only.", "answer": "Paris"}
+{"id": "prime", "kind": "choice", "prompt": "Which number is prime?", "choices": ["4", "7", "9"], "answer": "B"}
+{"id": "add", "kind": "humaneval", "prompt": "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n", "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n", "entry_point": "add"}
+"#;
+
+const GOOD_ADD: &str = "```python\ndef add(a, b):\n    return a + b\n```";
+const BAD_ADD: &str = "```python\ndef add(a, b):\n    return a - b\n```";
+
+fn close(actual: &Value, expected: f64) {
+    let value = actual
+        .as_f64()
+        .unwrap_or_else(|| panic!("{actual} is not a number"));
+    assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scorecard_matches_a_hand_computation() {
+    let stack = Stack::start_with_config(POLICY).await;
+    // Requests go item by item, each to mom/auto, then SmolLM2, then the coder. mom/auto sends
+    // the two questions to SmolLM2 and the code task (its prompt says "python") to the coder.
+    stack.backends["smollm2-135m"].queue(&[
+        "Paris.",    // mom/auto, capital: right
+        "Paris",     // SmolLM2, capital: right
+        "ANSWER: B", // mom/auto, prime: right
+        "ANSWER: A", // SmolLM2, prime: wrong
+        BAD_ADD,     // SmolLM2, add: fails its tests
+    ]);
+    stack.backends["qwen2.5-coder-0.5b"].queue(&[
+        "Lyon",      // coder, capital: wrong
+        "ANSWER: B", // coder, prime: right
+        GOOD_ADD,    // mom/auto, add: passes
+        GOOD_ADD,    // coder, add: passes
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.yaml");
+    std::fs::write(&config, POLICY).unwrap();
+    let suite = dir.path().join("tiny.jsonl");
+    std::fs::write(&suite, SUITE).unwrap();
+    let out = dir.path().join("card");
+    let url = stack.envoy.public_url();
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_mom-router"))
+            .args(["eval", "--identity", "mom/auto", "--url", &url])
+            .arg("--suite")
+            .arg(&suite)
+            .arg("--config")
+            .arg(&config)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = dir.path().join("card");
+    let card: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("scorecard.json")).unwrap())
+            .unwrap();
+    assert_eq!(card["items"], 3);
+    assert_eq!(
+        card["kinds"],
+        json!([["exact", 1], ["choice", 1], ["humaneval", 1]])
+    );
+
+    let summary = |target: &str| {
+        card["summaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["target"] == target)
+            .unwrap()
+            .clone()
+    };
+    let auto = summary("mom/auto");
+    assert_eq!(auto["fixed"], false);
+    close(&auto["quality"], 1.0);
+    assert_eq!(auto["calls"], 3);
+    assert_eq!(auto["prompt_tokens"], 15);
+    assert_eq!(auto["completion_tokens"], 21);
+    close(&auto["cost"], 0.019 + 0.019 + 0.057);
+    assert_eq!(auto["errors"], 0);
+    let smol = summary("smollm2-135m");
+    assert_eq!(smol["fixed"], true);
+    close(&smol["quality"], 1.0 / 3.0);
+    close(&smol["cost"], 3.0 * 0.019);
+    let coder = summary("qwen2.5-coder-0.5b");
+    close(&coder["quality"], 2.0 / 3.0);
+    close(&coder["cost"], 3.0 * 0.057);
+    assert!(coder["latency_p50_ms"].as_f64().unwrap() > 0.0);
+    assert!(coder["latency_p99_ms"].as_f64().unwrap() >= coder["latency_p50_ms"].as_f64().unwrap());
+
+    // Each answer, graded under its item's contract and attributed to the model that gave it.
+    let outcome = |target: &str, item: &str| {
+        card["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["target"] == target && o["item"] == item)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(outcome("mom/auto", "add")["model"], "qwen2.5-coder-0.5b");
+    assert_eq!(outcome("mom/auto", "add")["decision"], "code");
+    assert_eq!(outcome("mom/auto", "prime")["model"], "smollm2-135m");
+    assert_eq!(outcome("smollm2-135m", "prime")["detail"], "answered A");
+    assert!(
+        outcome("smollm2-135m", "add")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("AssertionError"),
+        "{}",
+        outcome("smollm2-135m", "add")
+    );
+
+    // Oracle: capital from SmolLM2 (0.019), prime and add from the coder (0.057 each).
+    close(&card["oracle"]["quality"], 1.0);
+    close(&card["oracle"]["cost"], 0.019 + 0.057 + 0.057);
+    let compared = &card["comparisons"][0];
+    assert_eq!(compared["identity"], "mom/auto");
+    close(&compared["regret"], 0.0);
+    assert_eq!(compared["best_fixed"]["target"], "qwen2.5-coder-0.5b");
+    close(&compared["gain_over_best_fixed"], 1.0 - 2.0 / 3.0);
+    // mom/auto spent 0.095: only SmolLM2 (0.057) costs no more.
+    assert_eq!(compared["matched"]["target"], "smollm2-135m");
+    assert_eq!(compared["matched_compute"], true);
+    close(&compared["gain_at_matched_compute"], 1.0 - 1.0 / 3.0);
+
+    let markdown = std::fs::read_to_string(out.join("scorecard.md")).unwrap();
+    assert!(
+        markdown.contains("| mom/auto | identity | 1.000 | 1.00 | 15 | 21 | 0.095000 |"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("**+0.667 at matched compute** against smollm2-135m"),
+        "{markdown}"
+    );
+    assert_eq!(String::from_utf8_lossy(&run.stdout), markdown + "\n");
+    let png = std::fs::read(out.join("frontier.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+
+    // Every request reached the backends the hand computation assumed.
+    assert_eq!(stack.backends["smollm2-135m"].bodies().len(), 5);
+    assert_eq!(stack.backends["qwen2.5-coder-0.5b"].bodies().len(), 4);
+}
+
+#[test]
+fn unusable_inputs_are_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.yaml");
+    std::fs::write(&config, POLICY).unwrap();
+    let suite = dir.path().join("suite.jsonl");
+    let eval = |suite_text: &str, identity: &str| {
+        std::fs::write(&suite, suite_text).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+            .args([
+                "eval",
+                "--identity",
+                identity,
+                "--url",
+                "http://127.0.0.1:9",
+            ])
+            .arg("--suite")
+            .arg(&suite)
+            .arg("--config")
+            .arg(&config)
+            .arg("--out")
+            .arg(dir.path().join("out"))
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = eval(SUITE, "mom/nothing");
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("\"mom/nothing\" is not an identity"),
+        "{stderr}"
+    );
+    let (code, stderr) = eval(
+        r#"{"id": "x", "kind": "humaneval", "prompt": "def f():"}"#,
+        "mom/auto",
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("line 1 (x): a humaneval item needs `test`"),
+        "{stderr}"
+    );
+    let (code, stderr) = eval("{\"id\": 1}\n", "mom/auto");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("line 1:"), "{stderr}");
+    assert!(!dir.path().join("out").exists());
+}
