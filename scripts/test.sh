@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy, the
 # encoder models, ONNX Runtime, the labelled data, redis-server, and llama.cpp with the tiny GGUF
-# models (one test runs a confidence cascade on them), checks formatting and lints, validates every Envoy config, and
-# runs every test, including the suites that drive a real Envoy and the real encoders.
+# models (one test runs a confidence cascade on them), Helm and kubernetes-validate (the chart's
+# checks), checks formatting and lints, validates every Envoy config, and runs every test,
+# including the suites that drive a real Envoy and the real encoders.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -18,6 +19,9 @@ install_redis
 install_llms
 say "llama.cpp (xllamacpp) and the GGUF models: $MOM_CACHE/models"
 say "redis: $("$MOM_REDIS_BIN" --version | grep -o 'v=[^ ]*')"
+install_helm
+install_kubernetes_validate
+say "helm: $("$MOM_HELM_BIN" version --short), $("$MOM_K8S_VALIDATE" --version)"
 
 say "cargo fmt --check"
 cargo fmt --check

@@ -139,6 +139,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         reloaded.clone(),
         stopped.clone(),
     )));
+    let records_for_admin = records.clone();
     let service = ExtProcService::new(store.clone(), metrics.clone(), services)
         .with_records(records)
         .into_server();
@@ -193,6 +194,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         metrics: metrics.clone(),
         state: state.clone(),
         lock,
+        records: records_for_admin,
     });
     let signal = wait_for(stopped.clone());
     tasks.push(tokio::spawn(async move {

@@ -101,6 +101,26 @@ async fn every_request_leaves_a_record_linked_by_its_run_id() {
     assert_eq!(refused["error"], "model_not_found");
     assert_eq!(refused["decision"], "none");
     assert_eq!(refused["runId"].as_str().unwrap().len(), 32);
+    // No bundle served these: the digests are empty.
+    assert_eq!(first["bundleDigest"], "");
+
+    // A reported outcome becomes a line joined to its run by id (and replay skips it).
+    let admin = stack.sidecar.as_ref().unwrap().admin_url();
+    let reported = reqwest::Client::new()
+        .post(format!("{admin}/v1/outcomes"))
+        .json(&json!({"run_id": run_id, "reward": 0.75}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reported.status(), 200);
+    let lines = records(&path, 4).await;
+    assert_eq!(lines[3]["runId"], run_id.as_str());
+    assert_eq!(
+        lines[3]["outcome"],
+        json!({"kind": "reward", "value": 0.75, "otherRunId": ""})
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(mom_router::records::replay::read(&text).unwrap().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,8 @@ pub struct AdminState {
     pub state: Arc<StateStore>,
     /// The resolution lock, once resolved.
     pub lock: crate::lock::LockSlot,
+    /// Where reported outcomes are recorded, when run records are on.
+    pub records: Option<crate::records::RecordSink>,
 }
 
 /// The admin routes.

@@ -10,6 +10,8 @@
 //! ```
 //!
 //! Every outcome in a request is checked before any is applied; an unknown run id is a 404.
+//! With run records on, each applied outcome is also written as a record line joined to its run
+//! by `run_id`.
 
 use super::AdminState;
 use crate::llm::error_body::openai_error;
@@ -100,6 +102,24 @@ fn outcome_of(raw: &RawOutcome, index: usize) -> Result<Outcome, String> {
     }
 }
 
+/// The run record line reporting `outcome` for `run_id`.
+fn record_of(run_id: &str, outcome: &Outcome) -> crate::records::RunRecord {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let (kind, value, other) = match outcome {
+        Outcome::Reward(reward) => ("reward", *reward, ""),
+        Outcome::Verified(verified) => ("verified", f64::from(u8::from(*verified)), ""),
+        Outcome::Preference { other_run, draw } => (
+            "preference",
+            if *draw { 0.5 } else { 1.0 },
+            other_run.as_str(),
+        ),
+    };
+    crate::records::outcome_record(run_id, now, kind, value, other)
+}
+
 pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Response {
     let parsed = match serde_json::from_slice::<Body>(&body) {
         Ok(Body::One(one)) => vec![one],
@@ -145,6 +165,9 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
                     .outcomes
                     .get_or_create(&OutcomeLabels { kind })
                     .inc();
+                if let Some(records) = &state.records {
+                    records.send(record_of(run_id, outcome));
+                }
                 applied.push(json!({
                 "run_id": run_id, "identity": run.identity, "decision": run.decision,
                 "model": run.model,

@@ -219,13 +219,18 @@ pub fn plot(card: &Scorecard, path: &Path) -> Result<bool, String> {
             .draw_series(LineSeries::new(frontier, BLUE.mix(0.6).stroke_width(2)))?
             .label("fixed-model frontier")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-        for (fixed, label, color) in [(true, "fixed model", BLUE), (false, "identity", RED)] {
+        // Identities label below their point, fixed models above: a recipe that lands on a
+        // fixed model (routing everything to it) stays readable.
+        for (fixed, label, color, offset) in [
+            (true, "fixed model", BLUE, -16),
+            (false, "identity", RED, 8),
+        ] {
             let points = card.summaries.iter().filter(|s| s.fixed == fixed).map(|s| {
                 EmptyElement::at((per_item(s), s.quality))
                     + Circle::new((0, 0), 6, color.filled())
                     + Text::new(
                         format!("{} ({:.2})", s.target, s.quality),
-                        (9, -16),
+                        (9, offset),
                         ("sans-serif", 15),
                     )
             });

@@ -208,6 +208,27 @@ pub fn from_trace(
             .map(|a| a.binding_digest.clone())
             .unwrap_or_default(),
         lock_digest: String::new(),
+        outcome: None,
+    }
+}
+
+/// The line reporting an outcome for `run_id`.
+pub fn outcome_record(
+    run_id: &str,
+    time_unix_ms: u64,
+    kind: &str,
+    value: f64,
+    other_run_id: &str,
+) -> RunRecord {
+    RunRecord {
+        run_id: run_id.to_owned(),
+        time_unix_ms,
+        outcome: Some(pb::OutcomeRecord {
+            kind: kind.to_owned(),
+            value,
+            other_run_id: other_run_id.to_owned(),
+        }),
+        ..RunRecord::default()
     }
 }
 

@@ -120,11 +120,17 @@ fn decide(snapshot: &Snapshot, record: &RunRecord) -> Result<String, String> {
 
 /// Reads JSONL run records; a line that is not a record is an error naming its line.
 pub fn read(text: &str) -> Result<Vec<RunRecord>, String> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| {
-            serde_json::from_str(line).map_err(|e| format!("line {}: not a run record: {e}", i + 1))
-        })
-        .collect()
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: RunRecord = serde_json::from_str(line)
+            .map_err(|e| format!("line {}: not a run record: {e}", i + 1))?;
+        // Outcome reports carry no decision to re-derive.
+        if record.outcome.is_none() {
+            records.push(record);
+        }
+    }
+    Ok(records)
 }
