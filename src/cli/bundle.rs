@@ -111,32 +111,19 @@ fn is_archive(path: &Path) -> bool {
 }
 
 /// A fresh folder under the system temp folder, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Self, ConfigErrors> {
-        let dir = std::env::temp_dir().join(format!("mom-bundle-{:016x}", rand::random::<u64>()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| error(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn scratch() -> Result<tempfile::TempDir, ConfigErrors> {
+    tempfile::tempdir().map_err(|e| error(format!("cannot create a temporary folder: {e}")))
 }
 
 fn build(spec: &Path, out: &Path, binding_out: Option<&Path>) -> Result<String, ConfigErrors> {
     let scratch = if is_archive(out) {
-        Some(Scratch::new()?)
+        Some(scratch()?)
     } else {
         None
     };
     let folder = scratch
         .as_ref()
-        .map(|s| s.0.join("bundle"))
+        .map(|s| s.path().join("bundle"))
         .unwrap_or_else(|| out.to_owned());
     let built = bundle::build(spec, &folder)?;
     if scratch.is_some() {
@@ -165,8 +152,8 @@ fn build(spec: &Path, out: &Path, binding_out: Option<&Path>) -> Result<String, 
 fn inspect(path: &Path, as_json: bool) -> Result<String, ConfigErrors> {
     let scratch;
     let folder = if is_archive(path) {
-        scratch = Scratch::new()?;
-        let folder = scratch.0.join("bundle");
+        scratch = self::scratch()?;
+        let folder = scratch.path().join("bundle");
         import(path, &folder)?;
         folder
     } else {

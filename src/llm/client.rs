@@ -106,10 +106,7 @@ impl LlmClient {
                 latency: started.elapsed(),
             })
         };
-        match tokio::time::timeout(deadline, read).await {
-            Ok(result) => result,
-            Err(_) => Err(CallError::Timeout(deadline.as_millis() as u64)),
-        }
+        within(deadline, read).await
     }
 }
 
@@ -147,10 +144,18 @@ impl LlmClient {
                 .filter_map(|m| m["id"].as_str().map(str::to_owned))
                 .collect())
         };
-        match tokio::time::timeout(deadline, read).await {
-            Ok(result) => result,
-            Err(_) => Err(CallError::Timeout(deadline.as_millis() as u64)),
-        }
+        within(deadline, read).await
+    }
+}
+
+/// `call`'s result, or a timeout once `deadline` passes.
+async fn within<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, CallError>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(CallError::Timeout(deadline.as_millis() as u64)),
     }
 }
 
