@@ -19,10 +19,17 @@ use std::time::{Duration, Instant};
 /// A loopback port that was free a moment ago, for a process started later (Envoy, Redis).
 /// Drawn at random from 20000–32767, below Linux's ephemeral range (32768–60999 by default), so
 /// the many outbound connections tests open cannot take it before the process binds it.
+/// A port is handed out once per test process, so tests starting Envoys in parallel never draw
+/// the same one between the check and the bind.
 pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for _ in 0..500 {
         let port = rand::random_range(20_000..32_768);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
             return port;
         }
     }
