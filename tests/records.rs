@@ -234,3 +234,58 @@ async fn replay_re_derives_every_decision_and_names_what_a_new_policy_would_chan
         "{summary}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_records_each_call_with_its_tokens_and_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.jsonl");
+    // Each FAKE call reports 5 prompt and 7 completion tokens: 0.019 on SmolLM2, 0.057 on the
+    // coder at these prices.
+    let policy = format!(
+        r#"
+version: records-calls
+server: {{internalUrl: "http://127.0.0.1:10001"}}
+records: {{path: "{}"}}
+models:
+  - {{name: smollm2-135m, providerModel: smollm2-135m, pricing: {{inputPerMillion: 1000, outputPerMillion: 2000}}}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, pricing: {{inputPerMillion: 3000, outputPerMillion: 6000}}}}
+identities:
+  - {{name: mom/auto, defaultModel: smollm2-135m, decisions: [panel]}}
+signals:
+  - {{name: any, type: context_length, minTokens: 1}}
+decisions:
+  - name: panel
+    rules: {{signal: any}}
+    modelRefs: [{{model: smollm2-135m}}, {{model: qwen2.5-coder-0.5b}}]
+    looper: {{type: ratings, maxConcurrent: 2, minSuccesses: 2, perCallTimeoutMs: 5000}}
+"#,
+        path.display()
+    );
+    let stack = Stack::start_with_config(&policy).await;
+    let response = stack.chat(&support::stack::ask("hello"), "calls").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper"), "ratings");
+    let record = &records(&path, 1).await[0];
+    let looper = &record["looper"];
+    let calls = looper["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2);
+    for call in calls {
+        assert_eq!(call["promptTokens"], 5);
+        assert_eq!(call["completionTokens"], 7);
+        let expected = if call["model"] == "smollm2-135m" {
+            0.019
+        } else {
+            0.057
+        };
+        assert!(
+            (call["cost"].as_f64().unwrap() - expected).abs() < 1e-12,
+            "{call}"
+        );
+    }
+    assert_eq!(looper["promptTokens"], 10);
+    assert_eq!(looper["completionTokens"], 14);
+    assert!(
+        (looper["cost"].as_f64().unwrap() - 0.076).abs() < 1e-12,
+        "{looper}"
+    );
+}

@@ -66,7 +66,7 @@ pub(super) async fn fusion(
         }
         Err(error) => (None, format!("error: {error}"), 0.0),
     };
-    record.steps.push(Step {
+    record.push_step(Step {
         model: format!("{} (judge)", judge.name),
         outcome,
         confidence: None,

@@ -35,6 +35,10 @@ pub struct LooperTrace {
     pub usage: (u64, u64),
     /// Cost of its calls from the models' declared pricing (0 for models without pricing).
     pub cost: f64,
+    /// Prompt tokens, completion tokens and cost of each step's call (and its repair), in step
+    /// order: the usage added since the step before.
+    pub step_usage: Vec<(u64, u64, f64)>,
+    pending: (u64, u64, f64),
 }
 
 impl LooperTrace {
@@ -45,18 +49,30 @@ impl LooperTrace {
             steps: Vec::new(),
             usage: (0, 0),
             cost: 0.0,
+            step_usage: Vec::new(),
+            pending: (0, 0, 0.0),
         }
+    }
+
+    /// Records a step, with the usage added since the previous one.
+    pub fn push_step(&mut self, step: Step) {
+        self.steps.push(step);
+        self.step_usage.push(std::mem::take(&mut self.pending));
     }
 
     /// Adds one call's tokens and their cost on `model`.
     pub fn add(&mut self, model: &Model, (prompt, completion): (u64, u64)) {
         self.usage.0 += prompt;
         self.usage.1 += completion;
-        if let Some(pricing) = model.pricing {
-            self.cost += (prompt as f64 * pricing.input_per_million
+        let cost = model.pricing.map_or(0.0, |pricing| {
+            (prompt as f64 * pricing.input_per_million
                 + completion as f64 * pricing.output_per_million)
-                / 1e6;
-        }
+                / 1e6
+        });
+        self.cost += cost;
+        self.pending.0 += prompt;
+        self.pending.1 += completion;
+        self.pending.2 += cost;
     }
 }
 
@@ -133,7 +149,7 @@ pub(super) async fn confidence_cascade(
         let model = &snapshot.models[decision.candidates[candidate].model];
         let left = looper.total.saturating_sub(started.elapsed());
         if left.is_zero() {
-            record.steps.push(Step {
+            record.push_step(Step {
                 model: model.name.clone(),
                 outcome: "skipped: total deadline spent".to_owned(),
                 confidence: None,
@@ -204,7 +220,7 @@ pub(super) async fn confidence_cascade(
                         outcome = "confident (repaired)".to_owned();
                     }
                 }
-                record.steps.push(Step {
+                record.push_step(Step {
                     model: model.name.clone(),
                     outcome,
                     confidence: measured,
@@ -220,7 +236,7 @@ pub(super) async fn confidence_cascade(
                 trace.contract = None;
             }
             Err(error) => {
-                record.steps.push(Step {
+                record.push_step(Step {
                     model: model.name.clone(),
                     outcome: format!("error: {error}"),
                     confidence: None,

@@ -56,7 +56,7 @@ pub(super) async fn ratings_ensemble(
                 let probability = measured.map_or(0.5, f64::exp);
                 let elo = state.view(&decision.name, &model.name, None).elo;
                 let score = 10f64.powf((elo - ELO_START) / 400.0) * probability;
-                record.steps.push(Step {
+                record.push_step(Step {
                     model: model.name.clone(),
                     outcome: format!("answered (score {score:.3})"),
                     confidence: measured,
@@ -64,7 +64,7 @@ pub(super) async fn ratings_ensemble(
                 });
                 answers.push((score, model, reply.body));
             }
-            Err(error) => record.steps.push(Step {
+            Err(error) => record.push_step(Step {
                 model: model.name.clone(),
                 outcome: format!("error: {error}"),
                 confidence: None,

@@ -79,7 +79,7 @@ pub(super) async fn panel(
                     add_usage(&mut record, model, &reply.body);
                     let measured = confidence(&reply.body, Measure::AvgLogprob);
                     let text = reply_text(&reply.body).to_owned();
-                    record.steps.push(Step {
+                    record.push_step(Step {
                         model: label(&model.name),
                         outcome: "answered".to_owned(),
                         confidence: measured,
@@ -93,7 +93,7 @@ pub(super) async fn panel(
                         ));
                     }
                 }
-                Err(error) => record.steps.push(Step {
+                Err(error) => record.push_step(Step {
                     model: label(&model.name),
                     outcome: format!("error: {error}"),
                     confidence: None,

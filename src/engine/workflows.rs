@@ -172,9 +172,7 @@ async fn plan(
             Ok(reply) => reply,
             Err(error) => {
                 last_reason = error.to_string();
-                record
-                    .steps
-                    .push(step(planner, "planner", format!("error: {error}"), 0.0));
+                record.push_step(step(planner, "planner", format!("error: {error}"), 0.0));
                 break;
             }
         };
@@ -189,13 +187,11 @@ async fn plan(
                     "planned after repair"
                 };
                 let outcome = format!("{outcome} {} steps", plan.len());
-                record
-                    .steps
-                    .push(step(planner, "planner", outcome, latency_ms));
+                record.push_step(step(planner, "planner", outcome, latency_ms));
                 return Ok(plan);
             }
             Err(reason) => {
-                record.steps.push(step(
+                record.push_step(step(
                     planner,
                     "planner",
                     format!("invalid plan: {reason}"),
@@ -312,7 +308,7 @@ async fn run_steps(
                 } else {
                     "skipped: total deadline spent"
                 };
-                record.steps.push(step(
+                record.push_step(step(
                     model_of(plan[i].worker),
                     &plan[i].id,
                     why.to_owned(),
@@ -344,15 +340,11 @@ async fn run_steps(
                     add_usage(record, worker, &reply.body);
                     let text = reply_text(&reply.body).to_owned();
                     let latency_ms = reply.latency.as_secs_f64() * 1000.0;
-                    record
-                        .steps
-                        .push(step(worker, &plan[i].id, "done".to_owned(), latency_ms));
+                    record.push_step(step(worker, &plan[i].id, "done".to_owned(), latency_ms));
                     results[i] = Some(text);
                 }
                 Err(error) => {
-                    record
-                        .steps
-                        .push(step(worker, &plan[i].id, format!("error: {error}"), 0.0));
+                    record.push_step(step(worker, &plan[i].id, format!("error: {error}"), 0.0));
                     match looper.on_error {
                         OnCallError::Skip => {}
                         OnCallError::Fallback => stopped = true,
@@ -368,7 +360,7 @@ async fn run_steps(
         }
         for &i in ready.iter().filter(|&&i| !seen[i]) {
             let worker = model_of(plan[i].worker);
-            record.steps.push(step(
+            record.push_step(step(
                 worker,
                 &plan[i].id,
                 "skipped: total deadline spent".to_owned(),
@@ -459,9 +451,7 @@ async fn verify(
     let reply = match called {
         Ok(reply) => reply,
         Err(error) => {
-            record
-                .steps
-                .push(step(verifier, "verifier", format!("error: {error}"), 0.0));
+            record.push_step(step(verifier, "verifier", format!("error: {error}"), 0.0));
             return None;
         }
     };
@@ -496,9 +486,7 @@ async fn verify(
         None if text.is_empty() => ("verified: empty".to_owned(), None),
         None => ("verified: unstructured".to_owned(), Some(text)),
     };
-    record
-        .steps
-        .push(step(verifier, "verifier", outcome, latency_ms));
+    record.push_step(step(verifier, "verifier", outcome, latency_ms));
     verdict
 }
 

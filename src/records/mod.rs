@@ -135,11 +135,19 @@ pub fn from_trace(
         calls: looper
             .steps
             .iter()
-            .map(|step| pb::CallRecord {
-                model: step.model.clone(),
-                outcome: step.outcome.clone(),
-                confidence: step.confidence,
-                latency_ms: step.latency_ms,
+            .enumerate()
+            .map(|(i, step)| {
+                let (prompt_tokens, completion_tokens, cost) =
+                    looper.step_usage.get(i).copied().unwrap_or_default();
+                pb::CallRecord {
+                    model: step.model.clone(),
+                    outcome: step.outcome.clone(),
+                    confidence: step.confidence,
+                    latency_ms: step.latency_ms,
+                    prompt_tokens,
+                    completion_tokens,
+                    cost,
+                }
             })
             .collect(),
         prompt_tokens: looper.usage.0,
