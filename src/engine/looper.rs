@@ -54,6 +54,16 @@ impl LooperTrace {
         }
     }
 
+    /// Reorders the steps (and their usage with them) by `key`, stably.
+    pub fn sort_steps_by_key<K: Ord>(&mut self, mut key: impl FnMut(&Step) -> K) {
+        let mut paired: Vec<(Step, (u64, u64, f64))> = std::mem::take(&mut self.steps)
+            .into_iter()
+            .zip(std::mem::take(&mut self.step_usage))
+            .collect();
+        paired.sort_by_key(|(step, _)| key(step));
+        (self.steps, self.step_usage) = paired.into_iter().unzip();
+    }
+
     /// Records a step, with the usage added since the previous one.
     pub fn push_step(&mut self, step: Step) {
         self.steps.push(step);

@@ -73,7 +73,7 @@ pub(super) async fn ratings_ensemble(
         }
     }
     // Steps in declared order, whatever order the answers came in.
-    record.steps.sort_by_key(|step| {
+    record.sort_steps_by_key(|step| {
         decision
             .candidates
             .iter()

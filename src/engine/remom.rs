@@ -110,7 +110,7 @@ pub(super) async fn panel(
             break;
         }
     }
-    record.steps.sort_by(|a, b| a.model.cmp(&b.model));
+    record.sort_steps_by_key(|step| step.model.clone());
     if answers.len() < looper.min_successes {
         let needed = looper.min_successes;
         let calls = record.steps.len();
