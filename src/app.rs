@@ -88,7 +88,7 @@ impl Running {
 pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     // Loading may read model weights and run the encoder: keep it off the async workers.
     let source = options.source.clone();
-    let store = tokio::task::spawn_blocking(move || ConfigStore::open_source(source))
+    let store = tokio::task::spawn_blocking(move || ConfigStore::open(source))
         .await
         .map_err(|e| AppError::Startup(e.to_string()))??;
     let store = Arc::new(store);

@@ -104,10 +104,6 @@ fn outcome_of(raw: &RawOutcome, index: usize) -> Result<Outcome, String> {
 
 /// The run record line reporting `outcome` for `run_id`.
 fn record_of(run_id: &str, outcome: &Outcome) -> crate::records::RunRecord {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
     let (kind, value, other) = match outcome {
         Outcome::Reward(reward) => ("reward", *reward, ""),
         Outcome::Verified(verified) => ("verified", f64::from(u8::from(*verified)), ""),
@@ -117,7 +113,7 @@ fn record_of(run_id: &str, outcome: &Outcome) -> crate::records::RunRecord {
             other_run.as_str(),
         ),
     };
-    crate::records::outcome_record(run_id, now, kind, value, other)
+    crate::records::outcome_record(run_id, crate::state::now_ms(), kind, value, other)
 }
 
 pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Response {

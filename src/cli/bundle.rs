@@ -103,7 +103,7 @@ pub fn run(args: BundleArgs) -> ExitCode {
 }
 
 fn error(message: impl Into<String>) -> ConfigErrors {
-    ConfigErrors(vec![config::ConfigError::new("", message)])
+    ConfigErrors::one("", message)
 }
 
 fn is_archive(path: &Path) -> bool {
@@ -240,24 +240,16 @@ fn summary(policy: &serde_yaml::Mapping) -> serde_json::Value {
 
 fn check(folder: &Path, binding: Option<&Path>) -> Result<String, ConfigErrors> {
     let snapshot = config::binding::compile_bound(folder, binding)?;
-    let artifact = snapshot
+    let (bundle, binding) = snapshot
         .artifact
-        .clone()
-        .unwrap_or_else(|| config::Artifact {
-            bundle_digest: String::new(),
-            binding_digest: String::new(),
-            assets: Vec::new(),
-        });
+        .as_ref()
+        .map(|a| (a.bundle_digest.as_str(), a.binding_digest.as_str()))
+        .unwrap_or_default();
     Ok(format!(
-        "{}: ok, bundle {}, binding {}, version {} ({} models, {} identities, {} signals, {} decisions)",
+        "{}: ok, bundle {bundle}, binding {}, {}",
         folder.display(),
-        artifact.bundle_digest,
-        if artifact.binding_digest.is_empty() { "none" } else { &artifact.binding_digest },
-        snapshot.version,
-        snapshot.models.len(),
-        snapshot.identities.len(),
-        snapshot.signals.len(),
-        snapshot.decisions.len()
+        if binding.is_empty() { "none" } else { binding },
+        super::described(&snapshot)
     ))
 }
 

@@ -3,7 +3,6 @@
 //! request of some target failed (the scorecard is still written), 2 when the inputs are
 //! unusable.
 
-use crate::config;
 use crate::eval::{self, grade::Sandbox, report, suite};
 use clap::Args;
 use std::path::PathBuf;
@@ -16,9 +15,10 @@ pub struct EvalArgs {
     /// The suite (JSON Lines: `id`, `kind` humaneval|choice|exact, `prompt`, …).
     #[arg(long)]
     suite: PathBuf,
-    /// The configuration Envoy's mom-router serves: its identities, models and prices.
-    #[arg(long)]
-    config: PathBuf,
+    /// What Envoy's mom-router serves (`--config FILE` or `--bundle DIR [--binding FILE]`):
+    /// its identities, models and prices.
+    #[command(flatten)]
+    source: super::SourceArgs,
     /// Envoy's public listener.
     #[arg(long, default_value = "http://127.0.0.1:10000")]
     url: String,
@@ -58,9 +58,10 @@ fn unusable(message: impl std::fmt::Display) -> ExitCode {
 
 /// Runs `eval`.
 pub fn run(args: EvalArgs) -> ExitCode {
-    let snapshot = match config::load(&args.config) {
+    let source = args.source.source();
+    let snapshot = match source.load() {
         Ok(snapshot) => snapshot,
-        Err(errors) => return unusable(format!("{}: {errors}", args.config.display())),
+        Err(errors) => return unusable(format!("{}: {errors}", source.describe())),
     };
     let text = match std::fs::read_to_string(&args.suite) {
         Ok(text) => text,
@@ -77,7 +78,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
         if snapshot.identity(identity).is_none() {
             return unusable(format!(
                 "{identity:?} is not an identity of {}",
-                args.config.display()
+                source.describe()
             ));
         }
     }
@@ -89,7 +90,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
     if let Some(unknown) = fixed.iter().find(|m| snapshot.model_index(m).is_none()) {
         return unusable(format!(
             "{unknown:?} is not a model of {}",
-            args.config.display()
+            source.describe()
         ));
     }
     let options = eval::Options {

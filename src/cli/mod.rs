@@ -30,16 +30,9 @@ pub struct Cli {
 enum Command {
     /// Run the ext_proc gRPC server and the admin HTTP server.
     Serve {
-        /// Configuration file (YAML); reloaded when it changes.
-        #[arg(long, required_unless_present = "bundle", conflicts_with = "bundle")]
-        config: Option<PathBuf>,
-        /// A bundle folder to serve instead of a configuration file.
-        #[arg(long)]
-        bundle: Option<PathBuf>,
-        /// The binding that places the bundle (deployment sections, provider model ids);
-        /// reloaded when it changes.
-        #[arg(long, requires = "bundle")]
-        binding: Option<PathBuf>,
+        /// The configuration (or bundle and binding); reloaded when it changes.
+        #[command(flatten)]
+        source: SourceArgs,
         /// Write the resolution lock here at start-up and after every reload.
         #[arg(long)]
         lock: Option<PathBuf>,
@@ -95,14 +88,39 @@ enum Command {
     Bundle(bundle::BundleArgs),
 }
 
+/// Where a policy comes from: `--config FILE`, or `--bundle DIR [--binding FILE]`.
+#[derive(Debug, clap::Args)]
+pub struct SourceArgs {
+    /// Configuration file (YAML).
+    #[arg(long, required_unless_present = "bundle", conflicts_with = "bundle")]
+    config: Option<PathBuf>,
+    /// A bundle folder instead of a configuration file.
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// The binding that places the bundle (deployment sections, provider model ids).
+    #[arg(long, requires = "bundle")]
+    binding: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    /// The source the arguments name (clap guarantees one of `--config` and `--bundle`).
+    pub fn source(&self) -> config::Source {
+        match (&self.config, &self.bundle) {
+            (Some(path), _) => config::Source::File(path.clone()),
+            (None, bundle) => config::Source::Bundle {
+                bundle: bundle.clone().unwrap_or_default(),
+                binding: self.binding.clone(),
+            },
+        }
+    }
+}
+
 /// Entry point used by the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve {
-            config,
-            bundle,
-            binding,
+            source,
             lock,
             grpc_listen,
             admin_listen,
@@ -110,15 +128,8 @@ pub fn main() -> ExitCode {
             log_json,
         } => {
             crate::observability::logging::init(log_json);
-            let source = match (config, bundle) {
-                (Some(path), _) => config::Source::File(path),
-                (None, bundle) => config::Source::Bundle {
-                    bundle: bundle.unwrap_or_default(),
-                    binding,
-                },
-            };
             serve(ServeOptions {
-                source,
+                source: source.source(),
                 lock,
                 grpc_listen,
                 admin_listen,
@@ -228,15 +239,7 @@ fn check_config(path: &Path, previous: Option<&Path>) -> ExitCode {
     });
     match checked {
         Ok(snapshot) => {
-            let line = format!(
-                "{}: ok, version {} ({} models, {} identities, {} signals, {} decisions)",
-                path.display(),
-                snapshot.version,
-                snapshot.models.len(),
-                snapshot.identities.len(),
-                snapshot.signals.len(),
-                snapshot.decisions.len()
-            );
+            let line = format!("{}: ok, {}", path.display(), described(&snapshot));
             write_stdout(&line)
         }
         Err(errors) => {
@@ -247,6 +250,18 @@ fn check_config(path: &Path, previous: Option<&Path>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `version V (N models, N identities, N signals, N decisions)`.
+fn described(snapshot: &Snapshot) -> String {
+    format!(
+        "version {} ({} models, {} identities, {} signals, {} decisions)",
+        snapshot.version,
+        snapshot.models.len(),
+        snapshot.identities.len(),
+        snapshot.signals.len(),
+        snapshot.decisions.len()
+    )
 }
 
 fn write_stdout(text: &str) -> ExitCode {

@@ -3,7 +3,6 @@
 //! differently; under the bundle that served them there must be none. Exit status 0 when every
 //! replayed decision is the same, 1 when any differs, 2 when the inputs cannot be read.
 
-use crate::config;
 use crate::records::replay::{read, replay};
 use clap::Args;
 use std::path::PathBuf;
@@ -14,15 +13,10 @@ use std::process::ExitCode;
 pub struct ReplayArgs {
     /// Run records (JSONL, as the `records` sink writes them).
     records: PathBuf,
-    /// The configuration file to replay them under.
-    #[arg(long, required_unless_present = "bundle", conflicts_with = "bundle")]
-    config: Option<PathBuf>,
-    /// The bundle folder to replay them under.
-    #[arg(long)]
-    bundle: Option<PathBuf>,
-    /// The binding for `--bundle` (needed when the policy uses the encoder).
-    #[arg(long, requires = "bundle")]
-    binding: Option<PathBuf>,
+    /// The configuration or bundle to replay them under (a bundle whose policy reads the
+    /// encoder needs its binding).
+    #[command(flatten)]
+    source: super::SourceArgs,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -30,17 +24,7 @@ pub struct ReplayArgs {
 
 /// Runs `replay`.
 pub fn run(args: &ReplayArgs) -> ExitCode {
-    let source = match (&args.config, &args.bundle) {
-        (Some(path), _) => config::Source::File(path.clone()),
-        (None, Some(bundle)) => config::Source::Bundle {
-            bundle: bundle.clone(),
-            binding: args.binding.clone(),
-        },
-        (None, None) => {
-            eprintln!("mom-router: give --config or --bundle");
-            return ExitCode::from(2);
-        }
-    };
+    let source = args.source.source();
     let snapshot = match source.load() {
         Ok(snapshot) => snapshot,
         Err(errors) => {

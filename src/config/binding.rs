@@ -41,27 +41,14 @@ pub struct Binding {
 /// Reads the binding at `path`.
 pub fn read(path: &Path) -> Result<Binding, ConfigErrors> {
     let bytes = std::fs::read(path).map_err(|e| {
-        ConfigErrors(vec![ConfigError::new(
-            "binding",
-            format!("cannot read {}: {e}", path.display()),
-        )])
+        ConfigErrors::one("binding", format!("cannot read {}: {e}", path.display()))
     })?;
     let digest = format!("sha256:{}", hex_sha256(&bytes));
     let document = match serde_yaml::from_slice::<Value>(&bytes) {
         Ok(Value::Mapping(document)) => document,
         Ok(Value::Null) => Mapping::new(),
-        Ok(_) => {
-            return Err(ConfigErrors(vec![ConfigError::new(
-                "binding",
-                "must be a YAML mapping",
-            )]))
-        }
-        Err(e) => {
-            return Err(ConfigErrors(vec![ConfigError::new(
-                "binding",
-                format!("not valid YAML: {e}"),
-            )]))
-        }
+        Ok(_) => return Err(ConfigErrors::one("binding", "must be a YAML mapping")),
+        Err(e) => return Err(ConfigErrors::one("binding", format!("not valid YAML: {e}"))),
     };
     Ok(Binding { digest, document })
 }
@@ -187,7 +174,7 @@ pub fn compile_bound(
     let binding = binding_path.map(read).transpose()?;
     let document = bind(&bundle, binding.as_ref())?;
     let text = serde_yaml::to_string(&Value::Mapping(document))
-        .map_err(|e| ConfigErrors(vec![ConfigError::new("", format!("cannot compose: {e}"))]))?;
+        .map_err(|e| ConfigErrors::one("", format!("cannot compose: {e}")))?;
     let base = binding_path
         .and_then(Path::parent)
         .unwrap_or(&bundle.dir)

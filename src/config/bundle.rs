@@ -83,10 +83,6 @@ pub fn digest_of(files: &[FileEntry]) -> String {
     format!("sha256:{}", hex_sha256(text.as_bytes()))
 }
 
-fn error(path: impl Into<String>, message: impl Into<String>) -> ConfigErrors {
-    ConfigErrors(vec![ConfigError::new(path, message)])
-}
-
 /// What `build` produced.
 #[derive(Debug)]
 pub struct Built {
@@ -99,11 +95,10 @@ pub struct Built {
 /// Builds a bundle from the configuration at `spec` into the empty or absent folder `out`.
 /// The spec must compile as it is (so a bundle is never built from a broken policy).
 pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
-    super::load(spec)?;
-    let text = std::fs::read_to_string(spec)
-        .map_err(|e| error("", format!("cannot read {}: {e}", spec.display())))?;
-    let Ok(Value::Mapping(document)) = serde_yaml::from_str::<Value>(&text) else {
-        return Err(error("", "the spec must be a YAML mapping"));
+    let bytes = super::read_file(spec)?;
+    super::compile_file(spec, bytes.clone())?;
+    let Ok(Value::Mapping(document)) = serde_yaml::from_slice::<Value>(&bytes) else {
+        return Err(ConfigErrors::one("", "the spec must be a YAML mapping"));
     };
     let base = spec.parent().unwrap_or(Path::new("."));
     if out.exists()
@@ -111,7 +106,7 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
             .map(|mut d| d.next().is_some())
             .unwrap_or(true)
     {
-        return Err(error(
+        return Err(ConfigErrors::one(
             "",
             format!(
                 "{} exists and is not empty; bundles are never overwritten",
@@ -119,52 +114,44 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
             ),
         ));
     }
-    let mut policy = Mapping::new();
-    let mut binding = Mapping::new();
-    for (key, value) in document {
-        let deployment = key
-            .as_str()
-            .is_some_and(|k| DEPLOYMENT_SECTIONS.contains(&k));
-        if deployment {
-            binding.insert(key, value);
-        } else {
-            policy.insert(key, value);
-        }
-    }
+    let (mut policy, mut binding): (Mapping, Mapping) =
+        document.into_iter().partition(|(key, _)| {
+            !key.as_str()
+                .is_some_and(|k| DEPLOYMENT_SECTIONS.contains(&k))
+        });
     anchor_paths(&mut binding, base);
-    let assets_dir = out.join("assets");
-    std::fs::create_dir_all(&assets_dir)
-        .map_err(|e| error("", format!("cannot create {}: {e}", assets_dir.display())))?;
+    let mut files = Vec::new();
     let mut assets = Vec::new();
     for (role, value) in asset_values(&mut policy) {
         let Some(source) = value.as_str().map(|s| base.join(s)) else {
             continue;
         };
-        let bytes = std::fs::read(&source)
-            .map_err(|e| error(&role, format!("cannot read {}: {e}", source.display())))?;
-        let sha256 = hex_sha256(&bytes);
+        let bytes = std::fs::read(&source).map_err(|e| {
+            ConfigErrors::one(&role, format!("cannot read {}: {e}", source.display()))
+        })?;
         let name = source
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "asset".to_owned());
+        let sha256 = hex_sha256(&bytes);
         let path = format!("assets/{}-{name}", &sha256[..12]);
-        write(&out.join(&path), &bytes)?;
+        let written = write(out, &path, &bytes)?;
+        // Two signals may read the same head: one file.
+        if !files.contains(&written) {
+            files.push(written);
+        }
         *value = Value::String(path.clone());
         assets.push(AssetEntry { role, path, sha256 });
     }
+    let version = policy
+        .get("version")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let policy_text = serde_yaml::to_string(&Value::Mapping(policy))
-        .map_err(|e| error("", format!("cannot write the policy: {e}")))?;
-    write(&out.join(POLICY), policy_text.as_bytes())?;
-    let mut files = list_files(out)?;
-    files.retain(|f| f.path != MANIFEST);
-    let version = match serde_yaml::from_str::<Value>(&policy_text) {
-        Ok(Value::Mapping(m)) => m
-            .get("version")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        _ => String::new(),
-    };
+        .map_err(|e| ConfigErrors::one("", format!("cannot write the policy: {e}")))?;
+    files.push(write(out, POLICY, policy_text.as_bytes())?);
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     let manifest = Manifest {
         format: FORMAT.to_owned(),
         digest: digest_of(&files),
@@ -177,8 +164,8 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
             .collect(),
     };
     let json = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| error("", format!("cannot write the manifest: {e}")))?;
-    write(&out.join(MANIFEST), format!("{json}\n").as_bytes())?;
+        .map_err(|e| ConfigErrors::one("", format!("cannot write the manifest: {e}")))?;
+    write(out, MANIFEST, format!("{json}\n").as_bytes())?;
     Ok(Built { manifest, binding })
 }
 
@@ -220,48 +207,21 @@ fn anchor_paths(binding: &mut Mapping, base: &Path) {
     }
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), ConfigErrors> {
+/// Writes `bytes` to `relative` inside the bundle folder `out`; returns its manifest entry.
+fn write(out: &Path, relative: &str, bytes: &[u8]) -> Result<FileEntry, ConfigErrors> {
+    let path = out.join(relative);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| error("", format!("cannot create {}: {e}", parent.display())))?;
+        std::fs::create_dir_all(parent).map_err(|e| {
+            ConfigErrors::one("", format!("cannot create {}: {e}", parent.display()))
+        })?;
     }
-    std::fs::write(path, bytes)
-        .map_err(|e| error("", format!("cannot write {}: {e}", path.display())))
-}
-
-/// Every regular file under `dir` with its hash, sorted by path.
-fn list_files(dir: &Path) -> Result<Vec<FileEntry>, ConfigErrors> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_owned()];
-    while let Some(folder) = pending.pop() {
-        let entries = std::fs::read_dir(&folder)
-            .map_err(|e| error("", format!("cannot read {}: {e}", folder.display())))?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let bytes = std::fs::read(&path)
-                .map_err(|e| error("", format!("cannot read {}: {e}", path.display())))?;
-            let relative = path
-                .strip_prefix(dir)
-                .map(|p| {
-                    p.components()
-                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                        .collect::<Vec<_>>()
-                        .join("/")
-                })
-                .unwrap_or_default();
-            files.push(FileEntry {
-                path: relative,
-                sha256: hex_sha256(&bytes),
-                bytes: bytes.len() as u64,
-            });
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    std::fs::write(&path, bytes)
+        .map_err(|e| ConfigErrors::one("", format!("cannot write {}: {e}", path.display())))?;
+    Ok(FileEntry {
+        path: relative.to_owned(),
+        sha256: hex_sha256(bytes),
+        bytes: bytes.len() as u64,
+    })
 }
 
 /// A manifest path that stays inside the bundle: relative, no `..`, no root.
@@ -276,11 +236,11 @@ fn inside(dir: &Path, path: &str) -> Option<PathBuf> {
 /// Reads the bundle at `dir` and checks every file against the manifest and the manifest's
 /// digest against its files. Any difference is an error naming the file.
 pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
-    let dir =
-        std::path::absolute(dir).map_err(|e| error("bundle", format!("{}: {e}", dir.display())))?;
+    let dir = std::path::absolute(dir)
+        .map_err(|e| ConfigErrors::one("bundle", format!("{}: {e}", dir.display())))?;
     let manifest_path = dir.join(MANIFEST);
     let text = std::fs::read_to_string(&manifest_path).map_err(|e| {
-        error(
+        ConfigErrors::one(
             "bundle",
             format!(
                 "cannot read {}: {e} (is this a bundle folder?)",
@@ -289,9 +249,9 @@ pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
         )
     })?;
     let manifest: Manifest = serde_json::from_str(&text)
-        .map_err(|e| error(MANIFEST, format!("not a bundle manifest: {e}")))?;
+        .map_err(|e| ConfigErrors::one(MANIFEST, format!("not a bundle manifest: {e}")))?;
     if manifest.format != FORMAT {
-        return Err(error(
+        return Err(ConfigErrors::one(
             format!("{MANIFEST}.format"),
             format!("{:?} is not {FORMAT:?}", manifest.format),
         ));
@@ -341,11 +301,11 @@ pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
         return Err(ConfigErrors(problems));
     }
     let policy_text = std::fs::read_to_string(dir.join(POLICY))
-        .map_err(|e| error(POLICY, format!("cannot read: {e}")))?;
+        .map_err(|e| ConfigErrors::one(POLICY, format!("cannot read: {e}")))?;
     let policy = match serde_yaml::from_str::<Value>(&policy_text) {
         Ok(Value::Mapping(policy)) => policy,
-        Ok(_) => return Err(error(POLICY, "must be a YAML mapping")),
-        Err(e) => return Err(error(POLICY, format!("not valid YAML: {e}"))),
+        Ok(_) => return Err(ConfigErrors::one(POLICY, "must be a YAML mapping")),
+        Err(e) => return Err(ConfigErrors::one(POLICY, format!("not valid YAML: {e}"))),
     };
     Ok(Bundle {
         dir,

@@ -35,6 +35,13 @@ impl fmt::Display for ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
+impl ConfigErrors {
+    /// A single error at `path`.
+    pub fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self(vec![ConfigError::new(path, message)])
+    }
+}
+
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, error) in self.0.iter().enumerate() {

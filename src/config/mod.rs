@@ -44,9 +44,10 @@ pub fn compile_in(text: &str, base: &Path) -> Result<Snapshot, ConfigErrors> {
     let snapshot = compile::compile(raw, &hash, base, &mut errors);
     match snapshot {
         Some(snapshot) => errors.finish(snapshot),
-        None => Err(errors.finish(()).err().unwrap_or_else(|| {
-            ConfigErrors(vec![ConfigError::new("", "configuration is invalid")])
-        })),
+        None => Err(errors
+            .finish(())
+            .err()
+            .unwrap_or_else(|| ConfigErrors::one("", "configuration is invalid"))),
     }
 }
 
@@ -57,28 +58,29 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigErrors> {
 
 /// The configuration file's bytes, or an error naming it.
 fn read_file(path: &Path) -> Result<Vec<u8>, ConfigErrors> {
-    std::fs::read(path).map_err(|e| {
-        ConfigErrors(vec![ConfigError::new(
-            "",
-            format!("cannot read {}: {e}", path.display()),
-        )])
-    })
+    std::fs::read(path)
+        .map_err(|e| ConfigErrors::one("", format!("cannot read {}: {e}", path.display())))
 }
 
 /// Compiles `bytes`, already read from the file at `path` (whose directory anchors relative
 /// paths).
 pub fn compile_file(path: &Path, bytes: Vec<u8>) -> Result<Snapshot, ConfigErrors> {
     let text = String::from_utf8(bytes).map_err(|e| {
-        ConfigErrors(vec![ConfigError::new(
+        ConfigErrors::one(
             "",
             format!(
                 "{} is not UTF-8 (invalid byte at offset {})",
                 path.display(),
                 e.utf8_error().valid_up_to()
             ),
-        )])
+        )
     })?;
     compile_in(&text, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Lower-case hex SHA-256 of the file at `path`.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read(path).map(|bytes| hex_sha256(&bytes))
 }
 
 /// Lower-case hex SHA-256 of `bytes`.

@@ -5,7 +5,7 @@
 
 use super::{compile_file, hex_sha256, read_file, ConfigErrors, Snapshot};
 use arc_swap::ArcSwap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// What a reload attempt did.
@@ -91,13 +91,8 @@ impl Source {
 }
 
 impl ConfigStore {
-    /// Loads `path`; fails with every error when it does not compile.
-    pub fn open(path: &Path) -> Result<Self, ConfigErrors> {
-        Self::open_source(Source::File(path.to_owned()))
-    }
-
     /// Loads `source`; fails with every error when it does not compile.
-    pub fn open_source(source: Source) -> Result<Self, ConfigErrors> {
+    pub fn open(source: Source) -> Result<Self, ConfigErrors> {
         let (seen, bytes) = source.read()?;
         let snapshot = source.compile(bytes)?;
         Ok(Self {

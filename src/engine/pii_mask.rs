@@ -3,7 +3,7 @@
 //! any model sees it, and the placeholders are restored in the answer — a JSON reply, or a
 //! stream of server-sent events where a placeholder may be split across chunks.
 
-use crate::signals::pii_patterns::{spans, PiiKind};
+use crate::signals::pii_patterns::{replace_spans, PiiKind};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -46,15 +46,9 @@ impl Masker {
     }
 
     fn mask_text(&mut self, text: &str, masks: &impl Fn(PiiKind) -> bool) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut at = 0;
-        for (kind, range) in spans(text).into_iter().filter(|(k, _)| masks(*k)) {
-            out.push_str(&text[at..range.start]);
-            out.push_str(&self.placeholder(kind, &text[range.clone()]));
-            at = range.end;
-        }
-        out.push_str(&text[at..]);
-        out
+        replace_spans(text, |kind, value| {
+            masks(kind).then(|| self.placeholder(kind, value))
+        })
     }
 
     fn placeholder(&mut self, kind: PiiKind, value: &str) -> String {

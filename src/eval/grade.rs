@@ -162,12 +162,14 @@ pub async fn run_python(program: &str, sandbox: &Sandbox) -> Grade {
     let Ok(folder) = tempfile::tempdir() else {
         return Grade::fail("cannot create a working folder");
     };
-    let seconds = sandbox.timeout.as_secs().max(1);
+    // The CPU limit is a backstop one second past the wall clock, so a busy loop is reported
+    // as the timeout it is rather than racing the kernel's SIGXCPU.
+    let cpu_seconds = sandbox.timeout.as_secs().max(1) + 1;
     let spawned = tokio::process::Command::new(&sandbox.python)
         .arg("-I")
         .arg("-c")
         .arg(LAUNCHER)
-        .arg(seconds.to_string())
+        .arg(cpu_seconds.to_string())
         .current_dir(folder.path())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -203,7 +205,15 @@ pub async fn run_python(program: &str, sandbox: &Sandbox) -> Grade {
                 .rev()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("");
-            Grade::fail(format!("exit {}: {last}", status.code().unwrap_or(-1)))
+            let how = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("killed by signal {signal}"),
+                (None, None) => "ended".to_owned(),
+            };
+            Grade::fail(format!("{how}: {last}"))
         }
         Ok((Err(e), _)) => Grade::fail(format!("cannot wait: {e}")),
         Err(_) => Grade::fail(format!("timed out after {} s", sandbox.timeout.as_secs())),

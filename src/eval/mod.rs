@@ -96,17 +96,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     let mut outcome = Outcome {
         target: target.to_owned(),
         item: item.id.clone(),
-        score: 0.0,
-        detail: String::new(),
-        status: 0,
-        latency_ms: 0.0,
-        calls: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        cost: 0.0,
-        model: String::new(),
-        decision: String::new(),
-        steps: String::new(),
+        ..Outcome::default()
     };
     let started = Instant::now();
     let url = format!("{}/v1/chat/completions", options.url.trim_end_matches('/'));

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 /// One target's answer to one item.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Outcome {
     /// The `model` sent: an identity or a fixed model.
     pub target: String,
@@ -49,19 +49,19 @@ pub struct Summary {
     pub quality: f64,
     /// Non-2xx answers.
     pub errors: usize,
-    /// Calls over the suite and per item.
+    /// Calls over the suite.
     pub calls: u64,
     /// Calls per item.
     pub calls_per_item: f64,
-    /// Tokens over the suite.
+    /// Prompt tokens over the suite.
     pub prompt_tokens: u64,
-    /// Tokens over the suite.
+    /// Completion tokens over the suite.
     pub completion_tokens: u64,
     /// Cost over the suite.
     pub cost: f64,
-    /// Latency percentiles (nearest rank), milliseconds.
+    /// Median latency (nearest rank), milliseconds.
     pub latency_p50_ms: f64,
-    /// Latency percentiles (nearest rank), milliseconds.
+    /// 99th-percentile latency (nearest rank), milliseconds.
     pub latency_p99_ms: f64,
 }
 

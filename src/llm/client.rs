@@ -74,29 +74,14 @@ impl LlmClient {
         deadline: Duration,
     ) -> Result<SubReply, CallError> {
         let started = Instant::now();
-        let send = self
+        let request = self
             .http
             .post(&self.url)
             .header("content-type", "application/json")
-            .header("x-selected-model", model)
-            .header(TOKEN_HEADER, &self.token)
             .header(DEPTH_HEADER, depth.to_string())
-            .body(body)
-            .send();
-        let read = async {
-            let response = send
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
-            let status = response.status().as_u16();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
-            if !(200..300).contains(&status) {
-                return Err(CallError::Status(status));
-            }
-            let body: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
+            .body(body);
+        within(deadline, async {
+            let (status, body) = self.exchange(request, model).await?;
             if body["choices"][0]["message"].is_null() {
                 return Err(CallError::Malformed("no choices[0].message".to_owned()));
             }
@@ -105,12 +90,10 @@ impl LlmClient {
                 body,
                 latency: started.elapsed(),
             })
-        };
-        within(deadline, read).await
+        })
+        .await
     }
-}
 
-impl LlmClient {
     /// The model ids the backend behind logical model `model` lists at `GET /v1/models`,
     /// waiting at most `deadline`.
     pub async fn list_models(
@@ -118,24 +101,9 @@ impl LlmClient {
         model: &str,
         deadline: Duration,
     ) -> Result<Vec<String>, CallError> {
-        let send = self
-            .http
-            .get(format!("{}/v1/models", self.base))
-            .header("x-selected-model", model)
-            .header(TOKEN_HEADER, &self.token)
-            .send();
-        let read = async {
-            let response = send
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
-            let status = response.status().as_u16();
-            if !(200..300).contains(&status) {
-                return Err(CallError::Status(status));
-            }
-            let body: serde_json::Value = response
-                .json()
-                .await
-                .map_err(|e| CallError::Malformed(e.to_string()))?;
+        let request = self.http.get(format!("{}/v1/models", self.base));
+        within(deadline, async {
+            let (_, body) = self.exchange(request, model).await?;
             let Some(data) = body["data"].as_array() else {
                 return Err(CallError::Malformed("no data list".to_owned()));
             };
@@ -143,8 +111,34 @@ impl LlmClient {
                 .iter()
                 .filter_map(|m| m["id"].as_str().map(str::to_owned))
                 .collect())
-        };
-        within(deadline, read).await
+        })
+        .await
+    }
+
+    /// Sends `request` for logical model `model`, signed as this process; a 2xx answer's status
+    /// and JSON body.
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+        model: &str,
+    ) -> Result<(u16, serde_json::Value), CallError> {
+        let response = request
+            .header("x-selected-model", model)
+            .header(TOKEN_HEADER, &self.token)
+            .send()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        if !(200..300).contains(&status) {
+            return Err(CallError::Status(status));
+        }
+        let body =
+            serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
+        Ok((status, body))
     }
 }
 

@@ -65,6 +65,11 @@ pub async fn resolve(snapshot: &Snapshot, client: &LlmClient, patience: Patience
         .await
         .unwrap_or_default()
     };
+    // Backends and Envoy are asked at once: each may take the whole patience.
+    let (upstreams, envoy) = tokio::join!(
+        upstreams(snapshot, client, patience),
+        envoy(snapshot.server.envoy_admin.as_deref(), patience)
+    );
     let mut document = json!({
         "format": FORMAT,
         "momRouter": env!("CARGO_PKG_VERSION"),
@@ -77,19 +82,16 @@ pub async fn resolve(snapshot: &Snapshot, client: &LlmClient, patience: Patience
             "digest": if a.binding_digest.is_empty() { Value::Null } else { json!(a.binding_digest) },
         })),
         "runtime": runtime(snapshot, &files),
-        "heads": files.heads(&files.encoder),
-        "upstreams": upstreams(snapshot, client, patience).await,
-        "envoy": envoy(snapshot.server.envoy_admin.as_deref(), patience).await,
+        "heads": files.heads(),
+        "upstreams": upstreams,
+        "envoy": envoy,
     });
     let digest = format!(
         "sha256:{}",
         crate::config::hex_sha256(&serde_json::to_vec(&document).unwrap_or_default())
     );
     document["digest"] = json!(digest);
-    document["resolvedUnixMs"] = json!(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0));
+    document["resolvedUnixMs"] = json!(crate::state::now_ms());
     Lock {
         config_version: snapshot.version.clone(),
         digest,
@@ -110,7 +112,7 @@ struct Files {
 
 impl Files {
     /// Each trained head with the encoder it was fitted on and whether that is the running one.
-    fn heads(&self, encoder: &Option<(String, String)>) -> Vec<Value> {
+    fn heads(&self) -> Vec<Value> {
         self.assets
             .iter()
             .filter(|a| a.get("trainedOnEncoder").is_some())
@@ -120,7 +122,7 @@ impl Files {
                     "role": a["role"],
                     "sha256": a["sha256"],
                     "trainedOnEncoder": trained,
-                    "matchesEncoder": encoder.as_ref().is_some_and(|(_, sha)| sha == trained),
+                    "matchesEncoder": self.encoder.as_ref().is_some_and(|(_, sha)| sha == trained),
                 })
             })
             .collect()
@@ -128,9 +130,7 @@ impl Files {
 }
 
 fn sha256_of(path: &std::path::Path) -> String {
-    std::fs::read(path)
-        .map(|bytes| crate::config::hex_sha256(&bytes))
-        .unwrap_or_else(|e| format!("unreadable: {e}"))
+    crate::config::sha256_file(path).unwrap_or_else(|e| format!("unreadable: {e}"))
 }
 
 fn hashes(

@@ -248,13 +248,8 @@ pub fn prompt_of(body: &[u8], redact: bool) -> Option<String> {
     if !redact {
         return Some(text.to_owned());
     }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (kind, range) in crate::signals::pii_patterns::spans(text) {
-        out.push_str(&text[at..range.start]);
-        out.push_str(&format!("[{}]", kind.name()));
-        at = range.end;
-    }
-    out.push_str(&text[at..]);
-    Some(out)
+    Some(crate::signals::pii_patterns::replace_spans(
+        text,
+        |kind, _| Some(format!("[{}]", kind.name())),
+    ))
 }

@@ -146,6 +146,25 @@ pub fn find(text: &str) -> Vec<PiiKind> {
         .collect()
 }
 
+/// `text` with each validated entity (see [`spans`]) replaced by what `replace` returns for its
+/// kind and value; `None` keeps the value.
+pub fn replace_spans(
+    text: &str,
+    mut replace: impl FnMut(PiiKind, &str) -> Option<String>,
+) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (kind, range) in spans(text) {
+        if let Some(replacement) = replace(kind, &text[range.clone()]) {
+            out.push_str(&text[at..range.start]);
+            out.push_str(&replacement);
+            at = range.end;
+        }
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
 /// Every validated entity in `text` with its byte range, in text order, overlaps resolved in
 /// favour of the earlier (then longer) match — what masking replaces.
 pub fn spans(text: &str) -> Vec<(PiiKind, Range<usize>)> {

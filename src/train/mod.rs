@@ -13,7 +13,7 @@ pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
 pub use metrics::Report;
 
-use crate::config::{self, hex_sha256, Snapshot};
+use crate::config::{self, Snapshot};
 use crate::inference::{argmax, EncoderHandle, Head, PROBE_TEXT};
 use crate::signals::text::windows;
 use anyhow::{bail, Context};
@@ -95,8 +95,7 @@ fn embed_all(
 }
 
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(hex_sha256(&bytes))
+    crate::config::sha256_file(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Per-example class probabilities: one text, or the element-wise maximum over its windows.
