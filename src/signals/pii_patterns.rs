@@ -2,7 +2,7 @@
 //! the format's own check (Luhn for cards, mod-97 for IBANs, range rules for US SSNs, octet
 //! bounds for IPv4, a parse for IPv6), so digits that merely look like an identifier do not count.
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -62,22 +62,27 @@ struct Detectors {
     ipv6: Regex,
 }
 
+/// A detector pattern compiled with Unicode off: `\d`, `\s`, `\b` and `(?i)` then mean their ASCII
+/// forms, so every match is ASCII (no Devanagari digit or Kelvin sign slips into a value the
+/// validators below index by byte) and the formats are the ones the checksums define.
+fn ascii(pattern: &str) -> Option<Regex> {
+    RegexBuilder::new(pattern).unicode(false).build().ok()
+}
+
 fn detectors() -> Option<&'static Detectors> {
     static DETECTORS: OnceLock<Option<Detectors>> = OnceLock::new();
     DETECTORS
         .get_or_init(|| {
             Some(Detectors {
-                email: Regex::new(r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b").ok()?,
-                phone: Regex::new(
+                email: ascii(r"(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b")?,
+                phone: ascii(
                     r"(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)[\s.-]?)?\d{2,4}(?:[\s.-]?\d{2,4}){2,4}",
-                )
-                .ok()?,
-                card: Regex::new(r"\b\d(?:[ -]?\d){12,18}\b").ok()?,
-                iban: Regex::new(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
-                    .ok()?,
-                ssn: Regex::new(r"\b(\d{3})-(\d{2})-(\d{4})\b").ok()?,
-                ipv4: Regex::new(r"\b(?:\d{1,3}\.){3}\d{1,3}\b").ok()?,
-                ipv6: Regex::new(r"(?i)\b(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}\b").ok()?,
+                )?,
+                card: ascii(r"\b\d(?:[ -]?\d){12,18}\b")?,
+                iban: ascii(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")?,
+                ssn: ascii(r"\b(\d{3})-(\d{2})-(\d{4})\b")?,
+                ipv4: ascii(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")?,
+                ipv6: ascii(r"(?i)\b(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{0,4}\b")?,
             })
         })
         .as_ref()
@@ -113,10 +118,11 @@ pub fn luhn(number: &str) -> bool {
     sum % 10 == 0
 }
 
-/// The ISO 13616 mod-97 check of an IBAN (spaces ignored).
+/// The ISO 13616 mod-97 check of an IBAN (spaces ignored). An IBAN is ASCII; anything else is
+/// not one.
 pub fn iban_valid(text: &str) -> bool {
     let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    if !(15..=34).contains(&compact.len()) {
+    if !compact.is_ascii() || !(15..=34).contains(&compact.len()) {
         return false;
     }
     let (head, tail) = compact.split_at(4);
@@ -253,6 +259,27 @@ mod tests {
         from_spans.sort_by_key(|k| k.name());
         from_spans.dedup();
         assert_eq!(from_spans, listed);
+    }
+
+    #[test]
+    fn non_ascii_digits_and_letters_never_reach_a_validator() {
+        // Devanagari digits are Unicode `\d`; a byte-indexed check once panicked on them.
+        let text = "my account GB३३ WEST 1234 5698 7654 32 please";
+        assert!(find(text).is_empty(), "{:?}", find(text));
+        assert_eq!(replace_spans(text, |_, _| Some("X".into())), text);
+        assert!(!iban_valid("GB३३WEST12345698765432"));
+        // The Kelvin sign folds to `k` under Unicode case-insensitivity; an address is ASCII.
+        assert!(find("mail jane@\u{212A}example.com").is_empty());
+        // Every span of a mixed-script text is an ASCII value on char boundaries.
+        let mixed = "ラ 4111 1111 1111 1111 ३३३-४५-६७८९ 123-45-6789 ٠٫٠٫٠٫١ 10.0.0.1 ç";
+        for (_, range) in spans(mixed) {
+            assert!(mixed.is_char_boundary(range.start) && mixed.is_char_boundary(range.end));
+            assert!(mixed[range].is_ascii());
+        }
+        assert_eq!(
+            find(mixed),
+            vec![PiiKind::CreditCard, PiiKind::UsSsn, PiiKind::IpAddress]
+        );
     }
 
     #[test]
