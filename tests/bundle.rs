@@ -499,3 +499,41 @@ async fn a_bound_bundle_serves_through_envoy_with_its_lock_and_digests_in_every_
     assert!(rejected.is_some(), "{}", sidecar.metrics().await);
     assert_eq!(sidecar.version(), version);
 }
+
+#[test]
+fn a_learned_policy_carries_its_router_head_as_one_hashed_asset() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = support::repo().join("examples/eval/config.yaml");
+    let bundled = bundle::build(&spec, &dir.path().join("eval")).unwrap();
+    let binding = dir.path().join("binding.yaml");
+    std::fs::write(&binding, serde_yaml::to_string(&bundled.binding).unwrap()).unwrap();
+    let built = bundled.manifest;
+    let roles: Vec<&str> = built.assets.iter().map(|a| a.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        (0..4)
+            .map(|i| format!("decisions[{i}].algorithm.router"))
+            .collect::<Vec<_>>(),
+        "{roles:?}"
+    );
+    let head = std::fs::read(support::repo().join("heads/router.safetensors")).unwrap();
+    let sha = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&head));
+    assert!(built.assets.iter().all(|a| a.sha256 == sha));
+    // Four decisions read one head: one file under assets/.
+    let files: Vec<&str> = built
+        .files
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| p.starts_with("assets/"))
+        .collect();
+    assert_eq!(files, [format!("assets/{}-router.safetensors", &sha[..12])]);
+    // Bound to the spec's own deployment sections, the bundle compiles: the head it names is
+    // the asset, checked against the encoder.
+    let snapshot = config::Source::Bundle {
+        bundle: dir.path().join("eval"),
+        binding: Some(binding),
+    }
+    .load()
+    .unwrap();
+    assert_eq!(snapshot.identities.len(), 5);
+}

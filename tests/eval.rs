@@ -72,7 +72,17 @@ async fn the_scorecard_matches_a_hand_computation() {
     let suite = dir.path().join("tiny.jsonl");
     std::fs::write(&suite, SUITE).unwrap();
     let out = dir.path().join("card");
+    let traces = dir.path().join("traces.jsonl");
+    // One criterion holds (1.000 ≥ 0.9), one does not (+0.333 over the coder < +0.5).
+    let gate = dir.path().join("gate.yaml");
+    std::fs::write(
+        &gate,
+        "criteria:\n  - identity: mom/auto\n    minQuality: 0.9\n    compute: cost\n    \
+         minQualityVsBestFixed: 0.5\n",
+    )
+    .unwrap();
     let url = stack.envoy.public_url();
+    let traces_path = traces.clone();
     let run = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_mom-router"))
             .args(["eval", "--identity", "mom/auto", "--url", &url])
@@ -82,16 +92,18 @@ async fn the_scorecard_matches_a_hand_computation() {
             .arg(&config)
             .arg("--out")
             .arg(&out)
+            .arg("--traces")
+            .arg(&traces_path)
+            .arg("--gate")
+            .arg(&gate)
             .output()
             .unwrap()
     })
     .await
     .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the release gate failed"), "{stderr}");
     let out = dir.path().join("card");
     let card: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("scorecard.json")).unwrap())
@@ -174,7 +186,41 @@ async fn the_scorecard_matches_a_hand_computation() {
         markdown.contains("**+0.667 at matched compute** against smollm2-135m"),
         "{markdown}"
     );
-    assert_eq!(String::from_utf8_lossy(&run.stdout), markdown + "\n");
+    let verdicts = "\n## Release gate\n\n\
+        - pass `criteria[0].minQuality`: mom/auto quality 1.000 (bound ≥ 0.9)\n\
+        - FAIL `criteria[0].minQualityVsBestFixed`: mom/auto quality 1.000 vs qwen2.5-coder-0.5b 0.667: +0.333 (bound ≥ +0.5)\n";
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        format!("{markdown}{verdicts}\n")
+    );
+    let gate: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("gate.json")).unwrap()).unwrap();
+    assert_eq!(gate[1]["path"], "criteria[0].minQualityVsBestFixed");
+    assert_eq!(gate[1]["passed"], false);
+
+    // The fixed models' traces: one row per item and model, as train-router reads them.
+    let traced =
+        mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap();
+    assert_eq!(traced.models, ["qwen2.5-coder-0.5b", "smollm2-135m"]);
+    let passed: Vec<(String, Vec<bool>)> = traced
+        .items
+        .iter()
+        .map(|i| (i.id.clone(), i.rows.iter().map(|r| r.passed).collect()))
+        .collect();
+    assert_eq!(
+        passed,
+        [
+            ("add".to_owned(), vec![true, false]),
+            ("capital".to_owned(), vec![false, true]),
+            ("prime".to_owned(), vec![true, false]),
+        ]
+    );
+    let row = &traced.items[1].rows[1];
+    assert_eq!((row.prompt_tokens, row.completion_tokens), (5, 7));
+    assert_eq!(row.answer, "Paris");
+    assert_eq!(row.kind, "exact");
+    assert!(row.prompt.starts_with("What is the capital of France?"));
+    assert!(row.latency_ms > 0.0);
     let png = std::fs::read(out.join("frontier.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 
@@ -230,5 +276,34 @@ fn unusable_inputs_are_refused_with_exit_2() {
     let (code, stderr) = eval("{\"id\": 1}\n", "mom/auto");
     assert_eq!(code, Some(2));
     assert!(stderr.contains("line 1:"), "{stderr}");
+    // A gate with an unknown bound is refused before any request.
+    std::fs::write(&suite, SUITE).unwrap();
+    let gate = dir.path().join("gate.yaml");
+    std::fs::write(
+        &gate,
+        "criteria:\n  - identity: mom/auto\n    maxCompute: 1\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args([
+            "eval",
+            "--identity",
+            "mom/auto",
+            "--url",
+            "http://127.0.0.1:9",
+        ])
+        .arg("--suite")
+        .arg(&suite)
+        .arg("--config")
+        .arg(&config)
+        .arg("--gate")
+        .arg(&gate)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown field `maxCompute`"), "{stderr}");
     assert!(!dir.path().join("out").exists());
 }

@@ -1,9 +1,10 @@
 //! `mom-router eval`: runs a suite through Envoy against identities and every fixed model, and
-//! writes the scorecard. Exit 0 when the run finished (whatever the scores), 1 when every
-//! request of some target failed (the scorecard is still written), 2 when the inputs are
-//! unusable.
+//! writes the scorecard (and, with `--traces`, the fixed models' traces). Exit 0 when the run
+//! finished (whatever the scores), 1 when every request of some target failed or a `--gate`
+//! criterion failed (the scorecard is still written), 2 when the inputs are unusable.
 
-use crate::eval::{self, grade::Sandbox, report, suite};
+use crate::eval::{self, gate, grade::Sandbox, report, score::Outcome, suite};
+use crate::records::traces::{self, TraceRow};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use std::time::Duration;
 /// Arguments of `eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// The suite (JSON Lines: `id`, `kind` humaneval|choice|exact, `prompt`, …).
+    /// The suite (JSON Lines: `id`, `kind` humaneval|choice|exact|contains|number, `prompt`, …).
     #[arg(long)]
     suite: PathBuf,
     /// What Envoy's mom-router serves (`--config FILE` or `--bundle DIR [--binding FILE]`):
@@ -22,8 +23,9 @@ pub struct EvalArgs {
     /// Envoy's public listener.
     #[arg(long, default_value = "http://127.0.0.1:10000")]
     url: String,
-    /// An identity to evaluate (repeatable).
-    #[arg(long = "identity", required = true)]
+    /// An identity to evaluate (repeatable; none when only `--traces` of the fixed models are
+    /// wanted).
+    #[arg(long = "identity")]
     identities: Vec<String>,
     /// A fixed model to compare with (repeatable); default every configured model.
     #[arg(long = "fixed")]
@@ -31,6 +33,14 @@ pub struct EvalArgs {
     /// Only the first N items.
     #[arg(long)]
     limit: Option<usize>,
+    /// Only the items `train-router --holdout N` held out (by a hash of the item id): the
+    /// split nothing was trained on.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=90))]
+    held_out: Option<u32>,
+    /// A release gate (YAML): after the scorecard, check its criteria; exit 1 naming each
+    /// failed one. The verdicts go to OUT/gate.json.
+    #[arg(long)]
+    gate: Option<PathBuf>,
     /// `max_tokens` of every request.
     #[arg(long, default_value_t = 384)]
     max_tokens: u32,
@@ -49,6 +59,10 @@ pub struct EvalArgs {
     /// Where the scorecard goes.
     #[arg(long, default_value = "eval-out")]
     out: PathBuf,
+    /// Also write the fixed models' traces here (JSON Lines, one row per item and model: what
+    /// `train-router` learns from).
+    #[arg(long)]
+    traces: Option<PathBuf>,
 }
 
 fn unusable(message: impl std::fmt::Display) -> ExitCode {
@@ -71,8 +85,30 @@ pub fn run(args: EvalArgs) -> ExitCode {
         Ok(items) => items,
         Err(e) => return unusable(format!("{}: {e}", args.suite.display())),
     };
+    if let Some(percent) = args.held_out {
+        items.retain(|item| traces::is_held_out(&item.id, percent));
+        if items.is_empty() {
+            return unusable(format!(
+                "no item of {} is in the held-out {percent}%",
+                args.suite.display()
+            ));
+        }
+    }
     if let Some(limit) = args.limit {
         items.truncate(limit.max(1));
+    }
+    let gate = match &args.gate {
+        Some(path) => match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| gate::parse(&text))
+        {
+            Ok(gate) => Some(gate),
+            Err(e) => return unusable(format!("{}: {e}", path.display())),
+        },
+        None => None,
+    };
+    if args.identities.is_empty() && args.traces.is_none() {
+        return unusable("name an --identity to evaluate, or --traces to record the fixed models");
     }
     for identity in &args.identities {
         if snapshot.identity(identity).is_none() {
@@ -131,6 +167,12 @@ pub fn run(args: EvalArgs) -> ExitCode {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if let Some(path) = &args.traces {
+        let rows = trace_rows(&items, &options, &outcomes);
+        if let Err(e) = std::fs::write(path, traces::to_jsonl(&rows)) {
+            return unusable(format!("cannot write {}: {e}", path.display()));
+        }
+    }
     let card = report::scorecard(&name, &items, &options, outcomes);
     let silent: Vec<&str> = card
         .summaries
@@ -138,8 +180,22 @@ pub fn run(args: EvalArgs) -> ExitCode {
         .filter(|s| s.items > 0 && s.errors == s.items)
         .map(|s| s.target.as_str())
         .collect();
+    let mut failed_gate = false;
     let written = match report::write(&card, &args.out) {
-        Ok(markdown) => super::write_stdout(&markdown),
+        Ok(mut markdown) => {
+            if let Some(gate) = &gate {
+                let verdicts = gate::check(gate, &card);
+                failed_gate = verdicts.iter().any(|v| !v.passed);
+                markdown.push('\n');
+                markdown.push_str(&gate::render(&verdicts));
+                let path = args.out.join("gate.json");
+                let json = serde_json::to_string_pretty(&verdicts).unwrap_or_default();
+                if let Err(e) = std::fs::write(&path, json + "\n") {
+                    return unusable(format!("cannot write {}: {e}", path.display()));
+                }
+            }
+            super::write_stdout(&markdown)
+        }
         Err(e) => return unusable(e),
     };
     if !silent.is_empty() {
@@ -150,5 +206,39 @@ pub fn run(args: EvalArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if failed_gate {
+        eprintln!("mom-router eval: the release gate failed (see the FAIL lines; verdicts in {}/gate.json)", args.out.display());
+        return ExitCode::FAILURE;
+    }
     written
+}
+
+/// The fixed models' outcomes as trace rows, item by item.
+fn trace_rows(
+    items: &[suite::Item],
+    options: &eval::Options,
+    outcomes: &[Outcome],
+) -> Vec<TraceRow> {
+    let by_id: std::collections::HashMap<&str, &suite::Item> =
+        items.iter().map(|i| (i.id.as_str(), i)).collect();
+    outcomes
+        .iter()
+        .filter(|o| options.fixed.contains(&o.target))
+        .filter_map(|o| {
+            let item = by_id.get(o.item.as_str())?;
+            Some(TraceRow {
+                item: o.item.clone(),
+                kind: item.kind.name().to_owned(),
+                model: o.target.clone(),
+                prompt: suite::user_message(item),
+                passed: o.score >= 1.0,
+                status: o.status,
+                prompt_tokens: o.prompt_tokens,
+                completion_tokens: o.completion_tokens,
+                latency_ms: o.latency_ms,
+                finish_reason: o.finish_reason.clone(),
+                answer: o.answer.clone(),
+            })
+        })
+        .collect()
 }

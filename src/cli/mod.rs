@@ -1,4 +1,4 @@
-//! The command line: `serve`, `check-config`, `explain`, `train`, `eval-signal`, `eval`,
+//! The command line: `serve`, `check-config`, `explain`, `train`, `train-router`, `eval-signal`, `eval`,
 //! `replay`, `bundle`. Each subcommand runs the same parse and
 //! compile as the sidecar, so what the CLI accepts the sidecar accepts.
 
@@ -6,6 +6,7 @@ mod bundle;
 mod eval;
 mod replay;
 mod train;
+mod train_router;
 
 use crate::app::{self, ServeOptions};
 use crate::config::{self, Snapshot};
@@ -78,6 +79,9 @@ enum Command {
     },
     /// Fit a classification head on frozen sentence embeddings of labelled examples.
     Train(train::TrainArgs),
+    /// Learn allocation from evaluation traces: a router head predicting, per model, P(correct)
+    /// and cost, read by the `learned` selection algorithm.
+    TrainRouter(train_router::TrainRouterArgs),
     /// Score a configured signal on labelled examples, through the routing code.
     EvalSignal(train::EvalArgs),
     /// Run a suite through Envoy against identities and every fixed model; write a scorecard.
@@ -147,6 +151,10 @@ pub fn main() -> ExitCode {
         Command::Train(args) => {
             crate::observability::logging::init(false);
             train::run_train(args)
+        }
+        Command::TrainRouter(args) => {
+            crate::observability::logging::init(false);
+            train_router::run(args)
         }
         Command::EvalSignal(args) => {
             crate::observability::logging::init(false);

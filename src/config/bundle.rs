@@ -169,13 +169,30 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
     Ok(Built { manifest, binding })
 }
 
-/// Every policy value that names an asset file, with its YAML path: each signal's `head`.
+/// Every policy value that names an asset file, with its YAML path: each signal's `head` and
+/// each `learned` algorithm's `router`.
 fn asset_values(policy: &mut Mapping) -> Vec<(String, &mut Value)> {
     let mut found = Vec::new();
-    if let Some(Value::Sequence(signals)) = policy.get_mut("signals") {
-        for (i, signal) in signals.iter_mut().enumerate() {
-            if let Some(head) = signal.get_mut("head") {
-                found.push((format!("signals[{i}].head"), head));
+    for (key, value) in policy.iter_mut() {
+        let (Some(section), Value::Sequence(entries)) = (key.as_str(), value) else {
+            continue;
+        };
+        for (i, entry) in entries.iter_mut().enumerate() {
+            match section {
+                "signals" => {
+                    if let Some(head) = entry.get_mut("head") {
+                        found.push((format!("signals[{i}].head"), head));
+                    }
+                }
+                "decisions" => {
+                    if let Some(router) = entry
+                        .get_mut("algorithm")
+                        .and_then(|algorithm| algorithm.get_mut("router"))
+                    {
+                        found.push((format!("decisions[{i}].algorithm.router"), router));
+                    }
+                }
+                _ => {}
             }
         }
     }

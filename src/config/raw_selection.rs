@@ -83,6 +83,20 @@ pub enum RawAlgorithm {
         #[serde(default)]
         exemplars: Vec<RawKnnExemplar>,
     },
+    /// The router head's predicted P(correct) and latency per model (`mom-router
+    /// train-router`), placed on the learned frontier by the settings below.
+    Learned {
+        /// The router head file (safetensors), relative to the configuration.
+        router: String,
+        /// Utility lost per predicted second: utility = P(correct) − latencyWeight × seconds
+        /// (default 0: the most probable model).
+        #[serde(default)]
+        latency_weight: f64,
+        /// A quality floor: the fastest model predicted at least this likely to be right.
+        min_correct: Option<f64>,
+        /// A latency budget: models predicted slower are set aside.
+        max_latency_ms: Option<f64>,
+    },
 }
 
 /// Which latency an algorithm reads.

@@ -3,7 +3,7 @@
 //! dangling name or an unset field.
 
 use crate::decision::{self, Rule};
-use crate::inference::{EncoderHandle, TokenClassifierHandle};
+use crate::inference::{EncoderHandle, RouterHead, TokenClassifierHandle};
 use crate::selection::{Algorithm, Candidate, KnnExemplar};
 use crate::signals::{Needs, Signal};
 use std::collections::HashMap;
@@ -367,7 +367,8 @@ pub struct ConfidenceLooper {
     pub on_error: OnCallError,
 }
 
-/// Embedded at load for `knn`, `router_dc` and `hybrid`; empty for the other algorithms.
+/// Embedded or loaded at load for `knn`, `router_dc`, `hybrid` and `learned`; empty for the
+/// other algorithms.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DecisionVectors {
     /// Labelled exemplars.
@@ -376,6 +377,10 @@ pub struct DecisionVectors {
     pub knn_k: usize,
     /// One description vector per candidate.
     pub descriptions: Vec<Vec<f32>>,
+    /// The `learned` algorithm's router head.
+    pub router: Option<Arc<RouterHead>>,
+    /// Per candidate, its model's index in the router head.
+    pub router_models: Vec<usize>,
 }
 
 impl decision::Candidate for Decision {

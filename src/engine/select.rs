@@ -3,10 +3,11 @@
 //! to the pure algorithms in `selection`.
 
 use crate::config::{Bounds, Decision, Snapshot};
+use crate::inference::RouterHead;
 use crate::llm::ChatRequest;
 use crate::selection::{
     self, knn_votes, router_dc_similarities, Algorithm, Candidate, LatencyMetric, Observed,
-    Selection,
+    Predicted, Selection,
 };
 use crate::signals::estimate_tokens;
 use crate::state::StateStore;
@@ -50,6 +51,19 @@ pub(super) fn choose(
         ),
         _ => vec![0.0; candidates.len()],
     };
+    // The router head's predictions (learned): one input per request, one row per candidate.
+    let predicted: Vec<Option<Predicted>> = match (query, &decision.vectors.router) {
+        (Some(query), Some(head)) => {
+            let input = RouterHead::input(query, request.last_user_text().trim());
+            decision
+                .vectors
+                .router_models
+                .iter()
+                .map(|&m| head.predict(m, &input).map(Predicted::from))
+                .collect()
+        }
+        _ => vec![None; candidates.len()],
+    };
     let similarities = match query {
         Some(query) if !decision.vectors.descriptions.is_empty() => {
             router_dc_similarities(query, &decision.vectors.descriptions)
@@ -82,6 +96,7 @@ pub(super) fn choose(
                 verified: view.verified,
                 description_similarity: similarities[i],
                 knn_vote: knn[i],
+                predicted: predicted.get(i).copied().flatten(),
             }
         })
         .collect();

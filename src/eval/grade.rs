@@ -64,11 +64,70 @@ pub async fn grade(item: &Item, answer: &str, sandbox: &Sandbox) -> Grade {
                 Grade::fail("different answer")
             }
         }
+        Kind::Contains => {
+            if contains_words(answer, item.answer.as_deref().unwrap_or_default()) {
+                Grade::pass()
+            } else {
+                Grade::fail("expected words absent")
+            }
+        }
+        Kind::Number => {
+            let expected = item.answer.as_deref().unwrap_or_default().trim();
+            match (last_number(answer), expected.parse::<f64>()) {
+                (Some(given), Ok(expected)) if (given - expected).abs() < 1e-9 => Grade::pass(),
+                (Some(given), _) => Grade::fail(format!("answered {given}")),
+                (None, _) => Grade::fail("no number"),
+            }
+        }
         Kind::Humaneval => {
             let program = humaneval_program(item, answer);
             run_python(&program, sandbox).await
         }
     }
+}
+
+/// Whether the words of `expected` appear in `answer` in order, whole (not inside a longer
+/// word), ignoring case and punctuation between words.
+pub fn contains_words(answer: &str, expected: &str) -> bool {
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (haystack, needle) = (words(answer), words(expected));
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w == needle.as_slice())
+}
+
+/// The last number written in `text` (an optional minus sign, digits, an optional decimal part;
+/// thousands separators not read).
+pub fn last_number(text: &str) -> Option<f64> {
+    let bytes = text.as_bytes();
+    let mut found = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let negative =
+                i > 0 && bytes[i - 1] == b'-' && (i < 2 || !bytes[i - 2].is_ascii_digit());
+            let start = if negative { i - 1 } else { i };
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i + 1 < bytes.len() && bytes[i] == b'.' && bytes[i + 1].is_ascii_digit() {
+                i += 1;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            found = text[start..i].parse::<f64>().ok().or(found);
+        } else {
+            i += 1;
+        }
+    }
+    found
 }
 
 /// The letter of the last `ANSWER: X` in `text`.
@@ -235,7 +294,27 @@ mod tests {
             answer: Some("B".to_owned()),
             test: Some("def check(candidate):\n    assert candidate(2, 3) == 5\n".to_owned()),
             entry_point: Some("add".to_owned()),
+            max_tokens: None,
         }
+    }
+
+    #[test]
+    fn facts_count_in_a_sentence_and_numbers_by_the_last_one() {
+        assert!(contains_words("The capital of France is Paris.", "Paris"));
+        assert!(contains_words(
+            "It is Mexico City, of course",
+            "Mexico City"
+        ));
+        assert!(!contains_words("Parisian food", "Paris"));
+        assert!(contains_words("paris!", "Paris"));
+        assert!(!contains_words("Mexico is a city", "Mexico City"));
+        assert!(!contains_words("anything", ""));
+        assert_eq!(last_number("23 + 19 = 42"), Some(42.0));
+        assert_eq!(last_number("It is -7."), Some(-7.0));
+        assert_eq!(last_number("10-3 leaves 7"), Some(7.0));
+        assert_eq!(last_number("it weighs 2.5 kg!"), Some(2.5));
+        assert_eq!(last_number("३३ and none"), None);
+        assert_eq!(last_number("no digits"), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! call's usage from the body priced with the configuration's prices); latency is measured by the client. [`score`] turns the outcomes into
 //! the scorecard that [`report`] writes as JSON, Markdown and a PNG plot.
 
+pub mod gate;
 pub mod grade;
 pub mod report;
 pub mod score;
@@ -90,7 +91,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     let body = json!({
         "model": target,
         "messages": [{"role": "user", "content": suite::user_message(item)}],
-        "max_tokens": options.max_tokens,
+        "max_tokens": item.max_tokens.unwrap_or(options.max_tokens),
         "temperature": 0,
     });
     let mut outcome = Outcome {
@@ -173,9 +174,14 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         );
         return outcome;
     }
+    outcome.finish_reason = answer["choices"][0]["finish_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let content = answer["choices"][0]["message"]["content"]
         .as_str()
         .unwrap_or_default();
+    outcome.answer = content.chars().take(4096).collect();
     let graded = grade::grade(item, content, &options.sandbox).await;
     outcome.score = graded.score;
     outcome.detail = graded.detail;

@@ -34,6 +34,10 @@ pub struct Outcome {
     pub decision: String,
     /// A looper's steps (`x-mom-looper-steps`).
     pub steps: String,
+    /// Why the (last) model stopped: `stop`, `length`, … (empty when unknown).
+    pub finish_reason: String,
+    /// The answer's text (the first 4 KiB).
+    pub answer: String,
 }
 
 /// One target over the suite.
@@ -63,6 +67,8 @@ pub struct Summary {
     pub latency_p50_ms: f64,
     /// 99th-percentile latency (nearest rank), milliseconds.
     pub latency_p99_ms: f64,
+    /// Sum of the latencies (compute as the client paid it in time), milliseconds.
+    pub latency_total_ms: f64,
 }
 
 /// The value at percentile `p` (nearest rank) of `values`; 0 when empty.
@@ -104,6 +110,7 @@ pub fn summarise(target: &str, fixed: bool, outcomes: &[&Outcome]) -> Summary {
         cost: outcomes.iter().map(|o| o.cost).sum(),
         latency_p50_ms: percentile(&latencies, 50.0),
         latency_p99_ms: percentile(&latencies, 99.0),
+        latency_total_ms: latencies.iter().sum(),
     }
 }
 
@@ -252,6 +259,8 @@ mod tests {
             model: target.to_owned(),
             decision: String::new(),
             steps: String::new(),
+            finish_reason: "stop".to_owned(),
+            answer: String::new(),
         }
     }
 

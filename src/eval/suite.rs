@@ -1,7 +1,8 @@
 //! An evaluation suite: JSON Lines, one item per line, each graded under its own output
 //! contract — `humaneval` (the answer's code must pass the item's tests), `choice` (the answer's
-//! `ANSWER: X` letter must be the right one) or `exact` (the answer, normalised, must equal the
-//! expected one).
+//! `ANSWER: X` letter must be the right one), `exact` (the answer, normalised, must equal the
+//! expected one), `contains` (the expected words appear in the answer) or `number` (the
+//! answer's last number is the expected one).
 
 use serde::Deserialize;
 
@@ -15,6 +16,11 @@ pub enum Kind {
     Choice,
     /// Exact match after normalisation.
     Exact,
+    /// The expected words appear in the answer, whole and in order (case and punctuation
+    /// ignored): a fact stated in a sentence counts.
+    Contains,
+    /// The last number in the answer equals the expected one.
+    Number,
 }
 
 impl Kind {
@@ -24,6 +30,8 @@ impl Kind {
             Self::Humaneval => "humaneval",
             Self::Choice => "choice",
             Self::Exact => "exact",
+            Self::Contains => "contains",
+            Self::Number => "number",
         }
     }
 }
@@ -50,6 +58,9 @@ pub struct Item {
     /// The function the tests call.
     #[serde(default)]
     pub entry_point: Option<String>,
+    /// This item's `max_tokens`, instead of the run's.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
 }
 
 /// Most items a suite may hold.
@@ -68,7 +79,9 @@ pub fn parse(text: &str) -> Result<Vec<Item>, String> {
         let missing = match item.kind {
             Kind::Humaneval if item.test.is_none() => Some("test"),
             Kind::Humaneval if item.entry_point.is_none() => Some("entry_point"),
-            Kind::Choice | Kind::Exact if item.answer.is_none() => Some("answer"),
+            Kind::Choice | Kind::Exact | Kind::Contains | Kind::Number if item.answer.is_none() => {
+                Some("answer")
+            }
             Kind::Choice if item.choices.is_empty() && !item.prompt.contains("A.") => {
                 Some("choices")
             }
@@ -114,7 +127,7 @@ pub fn user_message(item: &Item) -> String {
             text.push_str("\n\nEnd your reply with the line `ANSWER: X`, where X is the letter of the correct choice.");
             text
         }
-        Kind::Exact => item.prompt.clone(),
+        Kind::Exact | Kind::Contains | Kind::Number => item.prompt.clone(),
     }
 }
 

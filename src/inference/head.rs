@@ -30,7 +30,7 @@ pub struct HeadError {
 }
 
 impl HeadError {
-    fn new(path: &Path, message: impl Into<String>) -> Self {
+    pub(crate) fn new(path: &Path, message: impl Into<String>) -> Self {
         Self {
             path: path.display().to_string(),
             message: message.into(),
@@ -50,11 +50,11 @@ pub struct Dense {
 }
 
 impl Dense {
-    fn outputs(&self) -> usize {
+    pub(crate) fn outputs(&self) -> usize {
         self.bias.len()
     }
 
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
+    pub(crate) fn apply(&self, x: &[f32]) -> Vec<f32> {
         self.weight
             .chunks_exact(self.inputs)
             .zip(&self.bias)

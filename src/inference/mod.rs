@@ -9,6 +9,7 @@ mod onnx_bert;
 mod onnx_ner;
 mod onnx_session;
 mod registry;
+mod router_head;
 mod tokenize;
 pub mod worker;
 
@@ -18,6 +19,9 @@ pub use head::{
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
 pub use onnx_session::loaded_runtime as loaded_onnx_runtime;
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
+pub use router_head::{
+    cheap_features, ModelHeads, Prediction, RouterHead, ROUTER_FEATURES, ROUTER_FORMAT,
+};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 
 use std::path::PathBuf;

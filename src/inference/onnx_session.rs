@@ -16,6 +16,9 @@ type LoadedRuntime = Option<(PathBuf, Result<Environment, String>)>;
 static RUNTIME: OnceLock<Mutex<LoadedRuntime>> = OnceLock::new();
 
 fn environment(library: &Path) -> Result<Environment, InferenceError> {
+    // The same file named two ways (`a/../b`, a symlink) is the same runtime.
+    let canonical = std::fs::canonicalize(library).unwrap_or_else(|_| library.to_owned());
+    let library = canonical.as_path();
     let cell = RUNTIME.get_or_init(|| Mutex::new(None));
     let mut slot = cell
         .lock()

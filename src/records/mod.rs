@@ -9,6 +9,7 @@
 
 mod jsonl;
 pub mod replay;
+pub mod traces;
 
 /// The generated wire types of `proto/mom/v1`.
 #[allow(

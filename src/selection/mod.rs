@@ -4,10 +4,12 @@
 //! choice comes back with a score per candidate and a one-line reason for `explain`, headers
 //! and metadata.
 
+mod allocation;
 mod learned;
 mod objective;
 mod semantic;
 
+pub use allocation::{Allocation, Predicted};
 pub use learned::{elo_update, Beta, ELO_START};
 pub use semantic::{knn_votes, router_dc_similarities, KnnExemplar};
 
@@ -97,6 +99,9 @@ pub enum Algorithm {
     },
     /// A weighted combination of the component scores.
     Hybrid(HybridWeights),
+    /// The router head's predicted P(correct) and latency per candidate, placed on the learned
+    /// frontier by the identity's operating point.
+    Learned(Allocation),
 }
 
 impl Algorithm {
@@ -114,13 +119,14 @@ impl Algorithm {
             Self::RouterDc { .. } => "router_dc",
             Self::Automix { .. } => "automix",
             Self::Hybrid(_) => "hybrid",
+            Self::Learned(_) => "learned",
         }
     }
 
     /// Whether the algorithm reads the query embedding.
     pub fn needs_embedding(self) -> bool {
         match self {
-            Self::Knn { .. } | Self::RouterDc { .. } => true,
+            Self::Knn { .. } | Self::RouterDc { .. } | Self::Learned(_) => true,
             Self::Hybrid(w) => w.router_dc > 0.0 || w.knn > 0.0,
             _ => false,
         }
@@ -140,7 +146,8 @@ impl Algorithm {
             | Self::Elo
             | Self::Bandit
             | Self::Knn { .. }
-            | Self::RouterDc { .. } => false,
+            | Self::RouterDc { .. }
+            | Self::Learned(_) => false,
         }
     }
 
@@ -189,6 +196,8 @@ pub struct Observed {
     pub description_similarity: f64,
     /// Nearest-exemplar vote share (knn), 0 when not computed.
     pub knn_vote: f64,
+    /// The router head's prediction (learned), `None` when not computed.
+    pub predicted: Option<Predicted>,
 }
 
 impl Default for Observed {
@@ -203,6 +212,7 @@ impl Default for Observed {
             verified: Beta::UNIFORM,
             description_similarity: 0.0,
             knn_vote: 0.0,
+            predicted: None,
         }
     }
 }
@@ -254,6 +264,19 @@ pub fn select(
         ),
         Algorithm::RouterDc { temperature } => semantic::router_dc(observed, temperature),
         Algorithm::Hybrid(weights) => objective::hybrid(observed, weights),
+        Algorithm::Learned(allocation) => {
+            let predicted: Option<Vec<Predicted>> = observed.iter().map(|o| o.predicted).collect();
+            match predicted {
+                Some(predicted) if predicted.len() == candidates.len() => {
+                    allocation.choose(&predicted)
+                }
+                _ => Selection {
+                    chosen: 0,
+                    scores: vec![0.0; candidates.len()],
+                    reason: "no router prediction: first declared model".to_owned(),
+                },
+            }
+        }
     }
 }
 

@@ -45,11 +45,7 @@ pub fn read_examples(path: &Path) -> anyhow::Result<Vec<Example>> {
 
 /// True when `text` belongs to the held-out share (`percent` of 100) of any data set.
 pub fn is_held_out(text: &str, percent: u32) -> bool {
-    // FNV-1a: stable across platforms and releases, unlike the std hasher.
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    (hash % 100) < u64::from(percent)
+    crate::records::traces::is_held_out(text, percent)
 }
 
 /// The sorted distinct labels of `examples`.

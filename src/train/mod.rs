@@ -7,11 +7,17 @@ mod data;
 mod eval;
 mod fit;
 mod metrics;
+mod ridge;
+mod router;
 
 pub use data::{is_held_out, label_set, read_examples, Example};
 pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
 pub use metrics::Report;
+pub use router::{
+    auc, fit_heads, frontier, train_router, Chosen, Fitted, Grid, ModelReport, Point,
+    RouterOptions, RouterReport,
+};
 
 use crate::config::{self, Snapshot};
 use crate::inference::{argmax, EncoderHandle, Head, PROBE_TEXT};

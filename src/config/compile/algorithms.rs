@@ -7,8 +7,11 @@
 use crate::config::error::Errors;
 use crate::config::raw::{RawAlgorithm, RawHybridWeights, RawKnnExemplar, RawLatencyMetric};
 use crate::config::snapshot::{DecisionVectors, Model};
-use crate::inference::EncoderHandle;
-use crate::selection::{Algorithm, Candidate, HybridWeights, KnnExemplar, LatencyMetric};
+use crate::inference::{EncoderHandle, RouterHead};
+use crate::selection::{
+    Algorithm, Allocation, Candidate, HybridWeights, KnnExemplar, LatencyMetric,
+};
+use std::path::Path;
 use std::sync::Arc;
 
 /// What an algorithm reads about its candidates.
@@ -25,6 +28,7 @@ pub(super) fn compile_algorithm(
     candidates: &[Candidate],
     models: &[Option<Model>],
     encoder: Option<&Arc<EncoderHandle>>,
+    base: &Path,
     errors: &mut Errors,
 ) -> Option<(Algorithm, DecisionVectors)> {
     let path = format!("{path}.algorithm");
@@ -178,6 +182,37 @@ pub(super) fn compile_algorithm(
             let algorithm = Algorithm::Hybrid(weights);
             vectors.knn_k = *k;
             (algorithm, reads, ok)
+        }
+        RawAlgorithm::Learned {
+            router,
+            latency_weight,
+            min_correct,
+            max_latency_ms,
+        } => {
+            let mut ok = latency_weight.is_finite() && *latency_weight >= 0.0;
+            if !ok {
+                errors.push(
+                    format!("{path}.latencyWeight"),
+                    format!("must be a number ≥ 0, got {latency_weight}"),
+                );
+            }
+            ok &= min_correct.is_none_or(|floor| unit("minCorrect", floor, errors));
+            ok &= positive("maxLatencyMs", *max_latency_ms, errors);
+            ok &= router_head(
+                &base.join(router),
+                &path,
+                candidates,
+                models,
+                encoder,
+                &mut vectors,
+                errors,
+            );
+            let allocation = Allocation {
+                latency_weight: *latency_weight,
+                min_correct: *min_correct,
+                max_latency_ms: *max_latency_ms,
+            };
+            (Algorithm::Learned(allocation), Reads::NOTHING, ok)
         }
     };
     if let Algorithm::Knn { k } = algorithm {
@@ -433,4 +468,63 @@ fn descriptions(
         }
         None => false,
     }
+}
+
+/// Loads the `learned` algorithm's router head, checks it reads this encoder's embeddings and
+/// predicts for every candidate, and keeps it with each candidate's index in the head.
+fn router_head(
+    file: &Path,
+    path: &str,
+    candidates: &[Candidate],
+    models: &[Option<Model>],
+    encoder: Option<&Arc<EncoderHandle>>,
+    vectors: &mut DecisionVectors,
+    errors: &mut Errors,
+) -> bool {
+    let at = format!("{path}.router");
+    let Some(encoder) = encoder else {
+        errors.push(
+            at,
+            "the router head reads the request embedding; configure inference.encoder",
+        );
+        return false;
+    };
+    let head = match RouterHead::load(file) {
+        Ok(head) => head,
+        Err(e) => {
+            errors.push(at, e.to_string());
+            return false;
+        }
+    };
+    let shown = file.display().to_string();
+    if let Err(message) =
+        super::heads::check_probe(&shown, &head.probe, &head.encoder, encoder, "train-router")
+    {
+        errors.push(at, message);
+        return false;
+    }
+    let mut positions = Vec::with_capacity(candidates.len());
+    for candidate in candidates {
+        let Some(model) = models.get(candidate.model).and_then(Option::as_ref) else {
+            return false;
+        };
+        match head.position(&model.name) {
+            Some(i) => positions.push(i),
+            None => {
+                errors.push(
+                    at,
+                    format!(
+                        "{shown} predicts for models {}, not for {:?}; retrain it with \
+                         `mom-router train-router` on traces of this decision's models",
+                        head.model_names().join(", "),
+                        model.name
+                    ),
+                );
+                return false;
+            }
+        }
+    }
+    vectors.router = Some(Arc::new(head));
+    vectors.router_models = positions;
+    true
 }

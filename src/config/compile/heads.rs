@@ -35,32 +35,46 @@ fn load_head(path: &Path, encoder: &EncoderHandle, task: &str) -> Result<Arc<Hea
             format!("{path} is a {:?} head, not a {task:?} head", head.task),
         ));
     }
-    let probe = encoder
-        .embed_blocking(&[PROBE_TEXT.to_owned()])
-        .map_err(|e| SignalError::new("head", format!("cannot embed the probe: {e}")))?;
-    let probe = probe.first().map(|p| p.as_slice()).unwrap_or_default();
-    if probe.len() != head.dims() {
-        return Err(SignalError::new(
-            "head",
-            format!(
-                "{path} takes {}-dimensional embeddings; the encoder gives {}",
-                head.dims(),
-                probe.len()
-            ),
-        ));
-    }
-    let agreement = cosine(probe, &head.probe);
-    if agreement < MIN_PROBE_COSINE {
-        return Err(SignalError::new(
-            "head",
-            format!(
-                "{path} was trained on another encoder ({}; probe cosine {agreement:.3} < \
-                 {MIN_PROBE_COSINE}); retrain it with `mom-router train` on this encoder",
-                head.encoder
-            ),
-        ));
-    }
+    check_probe(
+        &path.to_string(),
+        &head.probe,
+        &head.encoder,
+        encoder,
+        "train",
+    )
+    .map_err(|m| SignalError::new("head", m))?;
     Ok(Arc::new(head))
+}
+
+/// Checks that `encoder` embeds the probe sentence as the head's training encoder did
+/// (`probe`, described as `trained_on`); `command` is what retrains it.
+pub(super) fn check_probe(
+    path: &str,
+    probe: &[f32],
+    trained_on: &str,
+    encoder: &EncoderHandle,
+    command: &str,
+) -> Result<(), String> {
+    let running = encoder
+        .embed_blocking(&[PROBE_TEXT.to_owned()])
+        .map_err(|e| format!("cannot embed the probe: {e}"))?;
+    let running = running.first().map(|p| p.as_slice()).unwrap_or_default();
+    if running.len() != probe.len() {
+        return Err(format!(
+            "{path} takes {}-dimensional embeddings; the encoder gives {}",
+            probe.len(),
+            running.len()
+        ));
+    }
+    let agreement = cosine(running, probe);
+    if agreement < MIN_PROBE_COSINE {
+        return Err(format!(
+            "{path} was trained on another encoder ({trained_on}; probe cosine {agreement:.3} < \
+             {MIN_PROBE_COSINE}) than the configured one ({}); retrain it with `mom-router {command}` on this encoder",
+            encoder.describe()
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn domain<'a>(

@@ -31,6 +31,8 @@ pub(super) struct Tables<'a> {
     pub signal_index: &'a HashMap<String, usize>,
     pub sources: &'a HashMap<(&'static str, String), Value>,
     pub encoder: Option<&'a Arc<EncoderHandle>>,
+    /// Directory relative paths are resolved against.
+    pub base: &'a std::path::Path,
 }
 
 pub(super) fn compile_identities(
@@ -385,6 +387,7 @@ fn objective_decision(
         &candidates,
         tables.compiled_models,
         tables.encoder,
+        tables.base,
         errors,
     )?;
     Some(Decision {

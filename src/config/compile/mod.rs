@@ -133,7 +133,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         &models,
         &signal_index,
         &signals,
-        encoder.as_ref(),
+        &neural_models,
         errors,
     );
     let identities = identities::compile_identities(
@@ -147,6 +147,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             signal_index: &signal_index,
             sources: &raw.sources,
             encoder: encoder.as_ref(),
+            base,
         },
         errors,
     );

@@ -375,9 +375,10 @@ pub(super) fn compile_decisions(
     compiled_models: &[Option<Model>],
     signals: &HashMap<String, usize>,
     signal_table: &[Option<Signal>],
-    encoder: Option<&Arc<EncoderHandle>>,
+    neural: &Models,
     errors: &mut Errors,
 ) -> Vec<Option<Decision>> {
+    let encoder = neural.encoder;
     let mut decisions = Vec::new();
     for (i, decision) in raw {
         let path = format!("decisions[{i}]");
@@ -419,6 +420,7 @@ pub(super) fn compile_decisions(
                     &candidates,
                     compiled_models,
                     encoder,
+                    neural.base,
                     errors,
                 )
             })

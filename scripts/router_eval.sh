@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The learned router on real models, on the split it never trained on: the three tiny models
+# under llama.cpp behind Envoy, mom-router serving examples/eval/config.yaml (its identities read
+# heads/router.safetensors), and `mom-router eval` over the held-out quarter of the router
+# training suite for every identity and fixed model, checked against examples/eval/gate.yaml.
+# Exit 1 when the gate fails. Not a test: about half an hour on two cores.
+#
+#   ./scripts/router_eval.sh [OUT]      (scorecard and gate verdicts, default eval-out/router-held-out)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$MOM_ROOT"
+OUT=${1:-eval-out/router-held-out}
+
+export CARGO_TARGET_DIR="$(default_target_dir)"
+install_envoy
+install_encoders
+install_llms
+cargo build --release --quiet --bin mom-router
+RUN="$MOM_CACHE/router-eval"
+
+PIDS=()
+cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_eval_stack examples/eval/config.yaml "$RUN"
+
+"$CARGO_TARGET_DIR/release/mom-router" eval --suite heads/data/router-suite.jsonl --held-out 25 \
+  --config examples/eval/config.yaml --identity mom/auto --identity mom/flash \
+  --identity mom/light --identity mom/ultra --identity mom/cascade --concurrency 3 \
+  --gate examples/eval/gate.yaml --out "$OUT"

@@ -1,0 +1,348 @@
+//! The router-owned allocation head: for each model of a pool, the probability that it answers a
+//! request correctly and what answering costs it (latency, completion tokens), predicted from
+//! the request's shared sentence embedding plus a few cheap text features. `mom-router
+//! train-router` fits it from evaluation traces; the `learned` selection algorithm reads it.
+//!
+//! File format (safetensors): per model `m` (index into the `models` metadata), tensors
+//! `models.m.correct.weight` (`[2, in]`) and `.bias` (a logistic head: wrong, right) and
+//! `models.m.cost.weight` (`[2, in]`) and `.bias` (a linear head: ln latency in ms, ln(1 +
+//! completion tokens)); `probe` as in [`super::Head`]. Metadata: `format`
+//! (`mom-router-router/1`), `models` and `features` (JSON arrays), `encoder`, `encoderSha256`,
+//! and the training provenance.
+
+use super::head::{f32s_from_le, f32s_to_le, softmax, Dense, HeadError};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Format tag written into every router head file.
+pub const ROUTER_FORMAT: &str = "mom-router-router/1";
+
+/// The cheap features appended to the embedding, in input order. A head records the list it was
+/// trained with; a head with another list is refused.
+pub const ROUTER_FEATURES: [&str; 6] = [
+    "prompt_tokens_log",
+    "code_fence",
+    "code_signature",
+    "format_marker",
+    "digit_share",
+    "short_answer_asked",
+];
+
+/// The cheap features of a user message, each in 0..=1 (see [`ROUTER_FEATURES`]). Bounded work:
+/// only the first 16 KiB are scanned.
+pub fn cheap_features(text: &str) -> [f32; ROUTER_FEATURES.len()] {
+    let mut end = text.len().min(16 * 1024);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let scanned = &text[..end];
+    let lower = scanned.to_ascii_lowercase();
+    let tokens = text.len() as f32 / 4.0;
+    let digits = scanned.bytes().filter(u8::is_ascii_digit).count() as f32;
+    let has = |needles: &[&str]| f32::from(u8::from(needles.iter().any(|n| lower.contains(n))));
+    [
+        ((1.0 + tokens).ln() / 10.0).min(1.0),
+        has(&["```"]),
+        has(&["def ", "fn ", "function ", "return ", "class "]),
+        has(&[
+            "json",
+            "exactly",
+            "capital letters",
+            "nothing else",
+            "backwards",
+        ]),
+        (digits / scanned.len().max(1) as f32 * 4.0).min(1.0),
+        has(&[
+            "one word",
+            "number only",
+            "only the",
+            "symbol only",
+            "word only",
+        ]),
+    ]
+}
+
+/// What the head predicts for one model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prediction {
+    /// Probability of a correct answer.
+    pub correct: f64,
+    /// Expected time to the complete answer, in milliseconds.
+    pub latency_ms: f64,
+    /// Expected completion tokens.
+    pub completion_tokens: f64,
+}
+
+/// One model's two heads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelHeads {
+    /// The logical model name.
+    pub model: String,
+    /// Logistic head: logits of (wrong, right).
+    pub correct: Dense,
+    /// Linear head: (ln latency ms, ln(1 + completion tokens)).
+    pub cost: Dense,
+}
+
+/// A trained allocation head over a pool of models.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterHead {
+    /// Per model, in training order.
+    pub models: Vec<ModelHeads>,
+    /// The training encoder's embedding of [`super::PROBE_TEXT`].
+    pub probe: Vec<f32>,
+    /// What produced the training embeddings.
+    pub encoder: String,
+    /// SHA-256 of the training encoder's weights file.
+    pub encoder_sha256: String,
+}
+
+impl RouterHead {
+    /// Width of the embedding the head reads.
+    pub fn dims(&self) -> usize {
+        self.probe.len()
+    }
+
+    /// The index of `model` in [`RouterHead::models`].
+    pub fn position(&self, model: &str) -> Option<usize> {
+        self.models.iter().position(|m| m.model == model)
+    }
+
+    /// The names of the models the head predicts for.
+    pub fn model_names(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.model.as_str()).collect()
+    }
+
+    /// The head's input: the embedding followed by the cheap features of `text`.
+    pub fn input(embedding: &[f32], text: &str) -> Vec<f32> {
+        let mut x = embedding.to_vec();
+        x.extend_from_slice(&cheap_features(text));
+        x
+    }
+
+    /// The prediction for model `index` on an input built by [`RouterHead::input`].
+    pub fn predict(&self, index: usize, input: &[f32]) -> Option<Prediction> {
+        let heads = self.models.get(index)?;
+        let mut logits = heads.correct.apply(input);
+        softmax(&mut logits);
+        let cost = heads.cost.apply(input);
+        Some(Prediction {
+            correct: f64::from(*logits.get(1)?),
+            latency_ms: f64::from(*cost.first()?).clamp(-5.0, 15.0).exp(),
+            completion_tokens: f64::from(*cost.get(1)?).clamp(0.0, 15.0).exp_m1(),
+        })
+    }
+
+    /// Reads a router head file and checks that its shapes fit together.
+    pub fn load(path: &Path) -> Result<Self, HeadError> {
+        let bytes = std::fs::read(path).map_err(|e| HeadError::new(path, e.to_string()))?;
+        let bad = |m: String| HeadError::new(path, m);
+        let (_, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
+        let info = metadata.metadata().clone().unwrap_or_default();
+        let field = |key: &str| {
+            info.get(key).cloned().ok_or_else(|| {
+                bad(format!(
+                    "not a mom-router router head: metadata has no {key:?}"
+                ))
+            })
+        };
+        let format = field("format")?;
+        if format != ROUTER_FORMAT {
+            return Err(bad(format!(
+                "format {format:?} is not {ROUTER_FORMAT:?}; train it with `mom-router train-router`"
+            )));
+        }
+        let features: Vec<String> = serde_json::from_str(&field("features")?)
+            .map_err(|e| bad(format!("metadata features: {e}")))?;
+        if features != ROUTER_FEATURES {
+            return Err(bad(format!(
+                "trained on features {features:?}, this build computes {ROUTER_FEATURES:?}; \
+                 retrain it with `mom-router train-router`"
+            )));
+        }
+        let names: Vec<String> = serde_json::from_str(&field("models")?)
+            .map_err(|e| bad(format!("metadata models: {e}")))?;
+        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
+        let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>), HeadError> {
+            let view = tensors
+                .tensor(name)
+                .map_err(|e| bad(format!("tensor {name}: {e}")))?;
+            if view.dtype() != Dtype::F32 {
+                return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
+            }
+            Ok((view.shape().to_vec(), f32s_from_le(view.data())))
+        };
+        let (_, probe) = read("probe")?;
+        let inputs = probe.len() + ROUTER_FEATURES.len();
+        let dense = |name: &str| -> Result<Dense, HeadError> {
+            let (shape, weight) = read(&format!("{name}.weight"))?;
+            let (bias_shape, bias) = read(&format!("{name}.bias"))?;
+            if shape != [2, inputs] || bias_shape != [2] {
+                return Err(bad(format!(
+                    "{name} has shapes {shape:?} and {bias_shape:?}, expected [2, {inputs}] and [2]"
+                )));
+            }
+            Ok(Dense {
+                weight,
+                bias,
+                inputs,
+            })
+        };
+        if names.len() < 2 {
+            return Err(bad("a router head needs at least two models".to_owned()));
+        }
+        let models = names
+            .iter()
+            .enumerate()
+            .map(|(i, model)| {
+                Ok(ModelHeads {
+                    model: model.clone(),
+                    correct: dense(&format!("models.{i}.correct"))?,
+                    cost: dense(&format!("models.{i}.cost"))?,
+                })
+            })
+            .collect::<Result<Vec<_>, HeadError>>()?;
+        Ok(Self {
+            models,
+            probe,
+            encoder: field("encoder")?,
+            encoder_sha256: field("encoderSha256")?,
+        })
+    }
+
+    /// Writes the head file; `extra` adds metadata (the training report).
+    pub fn save(&self, path: &Path, extra: &[(&str, String)]) -> Result<(), HeadError> {
+        let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        for (i, heads) in self.models.iter().enumerate() {
+            for (part, dense) in [("correct", &heads.correct), ("cost", &heads.cost)] {
+                buffers.push((
+                    format!("models.{i}.{part}.weight"),
+                    vec![dense.bias.len(), dense.inputs],
+                    f32s_to_le(&dense.weight),
+                ));
+                buffers.push((
+                    format!("models.{i}.{part}.bias"),
+                    vec![dense.bias.len()],
+                    f32s_to_le(&dense.bias),
+                ));
+            }
+        }
+        buffers.push((
+            "probe".to_owned(),
+            vec![self.probe.len()],
+            f32s_to_le(&self.probe),
+        ));
+        let views = buffers
+            .iter()
+            .map(|(name, shape, data)| {
+                TensorView::new(Dtype::F32, shape.clone(), data)
+                    .map(|view| (name.clone(), view))
+                    .map_err(|e| HeadError::new(path, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let json = |names: &[&str]| serde_json::to_string(names).unwrap_or_default();
+        let mut info: HashMap<String, String> = [
+            ("format", ROUTER_FORMAT.to_owned()),
+            ("task", "router".to_owned()),
+            ("models", json(&self.model_names())),
+            ("features", json(&ROUTER_FEATURES)),
+            ("encoder", self.encoder.clone()),
+            ("encoderSha256", self.encoder_sha256.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        info.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        safetensors::serialize_to_file(views, Some(info), path)
+            .map_err(|e| HeadError::new(path, e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two models whose predictions do not depend on the input: "small" is right with
+    /// probability sigmoid(-1) in 100 ms, "large" with sigmoid(1) in 2 s.
+    fn toy() -> RouterHead {
+        let inputs = 2 + ROUTER_FEATURES.len();
+        let constant = |bias: [f32; 2]| Dense {
+            weight: vec![0.0; 2 * inputs],
+            bias: bias.to_vec(),
+            inputs,
+        };
+        let model = |name: &str, right: f32, latency_ms: f32, tokens: f32| ModelHeads {
+            model: name.to_owned(),
+            correct: constant([0.0, right]),
+            cost: constant([latency_ms.ln(), tokens]),
+        };
+        RouterHead {
+            models: vec![
+                model("small", -1.0, 100.0, 3.0),
+                model("large", 1.0, 2000.0, 5.0),
+            ],
+            probe: vec![0.6, 0.8],
+            encoder: "test".to_owned(),
+            encoder_sha256: "00".to_owned(),
+        }
+    }
+
+    #[test]
+    fn predictions_round_trip_through_the_file() {
+        let head = toy();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.safetensors");
+        head.save(&path, &[("dataSha256", "ab".to_owned())])
+            .unwrap();
+        let loaded = RouterHead::load(&path).unwrap();
+        assert_eq!(loaded, head);
+        let input = RouterHead::input(&[0.6, 0.8], "What is 2 + 2? Reply with the number only.");
+        let small = loaded.predict(0, &input).unwrap();
+        let large = loaded.predict(1, &input).unwrap();
+        // sigmoid(-1) and sigmoid(1); exp(ln 100) and exp(ln 2000).
+        assert!((small.correct - 0.2689).abs() < 1e-3, "{small:?}");
+        assert!((large.correct - 0.7311).abs() < 1e-3, "{large:?}");
+        assert!((small.latency_ms - 100.0).abs() < 0.1, "{small:?}");
+        assert!((large.latency_ms - 2000.0).abs() < 1.0, "{large:?}");
+        assert!((small.completion_tokens - 19.09).abs() < 0.01, "{small:?}");
+        assert!(loaded.predict(2, &input).is_none());
+    }
+
+    #[test]
+    fn a_classifier_head_is_not_a_router_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("domain.safetensors");
+        let head = super::super::Head {
+            task: "domain".to_owned(),
+            labels: vec!["a".into(), "b".into()],
+            layers: vec![Dense {
+                weight: vec![1.0, 0.0, 0.0, 1.0],
+                bias: vec![0.0, 0.0],
+                inputs: 2,
+            }],
+            probe: vec![0.6, 0.8],
+            encoder: "test".to_owned(),
+            encoder_sha256: "00".to_owned(),
+        };
+        head.save(&path, &[]).unwrap();
+        let error = RouterHead::load(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("no \"features\"") || error.contains("is not \"mom-router-router/1\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn cheap_features_read_format_and_code_markers() {
+        let code = cheap_features("Complete this:\n```python\ndef f(x):\n```");
+        assert_eq!((code[1], code[2]), (1.0, 1.0));
+        let fact = cheap_features("What is the capital of Peru? Answer with one word only.");
+        assert_eq!((fact[1], fact[2], fact[5]), (0.0, 0.0, 1.0));
+        assert!(fact.iter().all(|v| (0.0..=1.0).contains(v)));
+        // Non-ASCII text and a cut inside a character are fine.
+        let long = "३".repeat(10_000);
+        assert!(cheap_features(&long).iter().all(|v| v.is_finite()));
+    }
+}

@@ -1,0 +1,333 @@
+//! The `learned` selection algorithm on the real encoder: a router head whose predictions are
+//! known by construction (they depend only on the request's code-fence feature) routes each
+//! request to the model with the largest utility computed by hand; each identity's operating
+//! point (latency weight, quality floor, latency budget) moves the choice; a head for other
+//! models, or trained on another encoder, is a configuration error naming both sides.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use mom_router::cli::explain_json;
+use mom_router::config::compile_str;
+use mom_router::engine;
+use mom_router::inference::{Dense, ModelHeads, RouterHead, PROBE_TEXT, ROUTER_FEATURES};
+use mom_router::llm::Headers;
+use serde_json::Value;
+use std::path::Path;
+use support::stack::ask;
+
+fn encoder_section() -> String {
+    let encoder = support::repo().join(".cache/models/all-MiniLM-L6-v2");
+    format!(
+        "inference:\n  encoder: {{backend: candle, modelDir: {}}}\n",
+        encoder.display()
+    )
+}
+
+/// The running encoder's probe embedding (what a head trained on it records).
+fn probe() -> Vec<f32> {
+    let snapshot = compile_str(&format!(
+        "{}models: [{{name: a, providerModel: a}}]\nidentities: [{{name: mom/auto, defaultModel: a}}]\n",
+        encoder_section()
+    ))
+    .unwrap();
+    let encoder = snapshot.encoder.clone().unwrap();
+    encoder.embed_blocking(&[PROBE_TEXT.to_owned()]).unwrap()[0]
+        .as_ref()
+        .clone()
+}
+
+/// P(correct) logits and ln-latency that read only the code-fence feature: the small model is
+/// right with probability sigmoid(1) ≈ 0.731 on plain text and sigmoid(−3) ≈ 0.047 on code, in
+/// 500 ms; the coder with sigmoid(1.5) ≈ 0.818 on both, in 3 s.
+fn head(probe: Vec<f32>, names: [&str; 2]) -> RouterHead {
+    let inputs = probe.len() + ROUTER_FEATURES.len();
+    let fence = probe.len() + 1;
+    let model = |name: &str, right: f32, on_code: f32, latency_ms: f32| {
+        let mut weight = vec![0.0; 2 * inputs];
+        weight[inputs + fence] = on_code;
+        ModelHeads {
+            model: name.to_owned(),
+            correct: Dense {
+                weight,
+                bias: vec![0.0, right],
+                inputs,
+            },
+            cost: Dense {
+                weight: vec![0.0; 2 * inputs],
+                bias: vec![latency_ms.ln(), 3.0],
+                inputs,
+            },
+        }
+    };
+    RouterHead {
+        models: vec![
+            model(names[0], 1.0, -4.0, 500.0),
+            model(names[1], 1.5, 0.0, 3000.0),
+        ],
+        probe,
+        encoder: "the test's encoder".to_owned(),
+        encoder_sha256: "00".to_owned(),
+    }
+}
+
+fn policy(dir: &Path, algorithms: &[&str]) -> String {
+    let decisions: Vec<String> = algorithms
+        .iter()
+        .enumerate()
+        .map(|(i, algorithm)| {
+            format!(
+                "  - name: d{i}\n    rules: {{signal: anything}}\n    modelRefs: [{{model: smollm2-135m}}, {{model: qwen2.5-coder-0.5b}}]\n    algorithm: {{type: learned, router: {}, {algorithm}}}\n",
+                dir.join("router.safetensors").display()
+            )
+        })
+        .collect();
+    let identities: Vec<String> = (0..algorithms.len())
+        .map(|i| format!("  - {{name: mom/i{i}, defaultModel: smollm2-135m, decisions: [d{i}]}}\n"))
+        .collect();
+    format!(
+        "{}models:\n  - {{name: smollm2-135m, providerModel: s}}\n  - {{name: qwen2.5-coder-0.5b, providerModel: q}}\n\
+         identities:\n{}signals:\n  - {{name: anything, type: context_length, minTokens: 0}}\ndecisions:\n{}",
+        encoder_section(),
+        identities.concat(),
+        decisions.concat()
+    )
+}
+
+async fn explain(config: &str, identity: &str, text: &str) -> Value {
+    let snapshot = compile_str(config).unwrap();
+    let state = engine::Services::offline(&snapshot);
+    let headers = Headers::new(vec![
+        (":method".to_owned(), "POST".to_owned()),
+        (":path".to_owned(), "/v1/chat/completions".to_owned()),
+    ]);
+    let mut body = ask(text);
+    body["model"] = Value::from(identity);
+    let routed =
+        engine::on_request_body(&snapshot, &state, &headers, body.to_string().as_bytes()).await;
+    explain_json(&routed)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+const PLAIN: &str = "What is the capital of Peru? Answer with one word only.";
+const CODE: &str = "Fix this:\n```python\ndef f(x):\n    return x +\n```";
+
+#[tokio::test]
+async fn learned_routes_to_the_largest_hand_computed_utility() {
+    let dir = tempfile::tempdir().unwrap();
+    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&dir.path().join("router.safetensors"), &[])
+        .unwrap();
+    let config = policy(dir.path(), &["latencyWeight: 0.05"]);
+    let plain = explain(&config, "mom/i0", PLAIN).await;
+    assert_eq!(plain["model"], "smollm2-135m", "{plain:#}");
+    assert_eq!(plain["algorithm"], "learned");
+    // By hand: small 0.731 − 0.05 × 0.5 = 0.706; coder 0.818 − 0.05 × 3 = 0.668.
+    let scores: Vec<f64> = plain["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["score"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (scores[0] - (sigmoid(1.0) - 0.025)).abs() < 1e-3,
+        "{scores:?}"
+    );
+    assert!(
+        (scores[1] - (sigmoid(1.5) - 0.15)).abs() < 1e-3,
+        "{scores:?}"
+    );
+    let reason = plain["selection_reason"].as_str().unwrap();
+    assert!(reason.starts_with("largest utility 0.706"), "{reason}");
+    // Code: small 0.047 − 0.025 = 0.022 < the coder's 0.668.
+    let code = explain(&config, "mom/i0", CODE).await;
+    assert_eq!(code["model"], "qwen2.5-coder-0.5b", "{code:#}");
+}
+
+#[tokio::test]
+async fn each_operating_point_moves_the_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&dir.path().join("router.safetensors"), &[])
+        .unwrap();
+    let config = policy(
+        dir.path(),
+        &[
+            "latencyWeight: 0",   // the most probable model
+            "latencyWeight: 1",   // flash: seconds dominate
+            "minCorrect: 0.7",    // light: small clears 0.7 on plain text
+            "minCorrect: 0.8",    // light with a higher floor: only the coder clears it
+            "minCorrect: 0.9",    // a floor nothing clears
+            "maxLatencyMs: 1000", // ultra within a 1 s budget
+        ],
+    );
+    let model = |v: &Value| v["model"].as_str().unwrap().to_owned();
+    let pick = |i: usize, text: &'static str| {
+        let config = config.clone();
+        async move { model(&explain(&config, &format!("mom/i{i}"), text).await) }
+    };
+    assert_eq!(pick(0, PLAIN).await, "qwen2.5-coder-0.5b");
+    assert_eq!(pick(1, PLAIN).await, "smollm2-135m");
+    assert_eq!(pick(1, CODE).await, "smollm2-135m");
+    assert_eq!(pick(2, PLAIN).await, "smollm2-135m");
+    assert_eq!(pick(2, CODE).await, "qwen2.5-coder-0.5b");
+    assert_eq!(pick(3, PLAIN).await, "qwen2.5-coder-0.5b");
+    let none = explain(&config, "mom/i4", PLAIN).await;
+    assert_eq!(none["model"], "qwen2.5-coder-0.5b");
+    let reason = none["selection_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("no model predicted to clear the floor 0.9"),
+        "{reason}"
+    );
+    let budget = explain(&config, "mom/i5", CODE).await;
+    assert_eq!(budget["model"], "smollm2-135m");
+    let reason = budget["selection_reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with("1 of 2 models predicted over 1000 ms"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_head_for_other_models_or_another_encoder_is_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("router.safetensors");
+    head(probe(), ["smollm2-135m", "llama-3-8b"])
+        .save(&file, &[])
+        .unwrap();
+    let config = policy(dir.path(), &["latencyWeight: 0.05"]);
+    let errors = compile_str(&config).unwrap_err().to_string();
+    assert!(
+        errors.contains("decisions[0].algorithm.router: ")
+            && errors.contains(
+                "predicts for models smollm2-135m, llama-3-8b, not for \"qwen2.5-coder-0.5b\""
+            ),
+        "{errors}"
+    );
+    let mut other = probe();
+    other.reverse();
+    head(other, ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&file, &[])
+        .unwrap();
+    let errors = compile_str(&config).unwrap_err().to_string();
+    assert!(
+        errors.contains("was trained on another encoder (the test's encoder; probe cosine")
+            && errors.contains("than the configured one (candle cpu")
+            && errors.contains("retrain it with `mom-router train-router`"),
+        "{errors}"
+    );
+}
+
+/// A small trace set: "fast" answers the fact questions right and the code tasks wrong in
+/// 300 ms; "coder" answers the code tasks right and the facts half the time, in 2 s.
+fn fixture_traces() -> String {
+    let mut rows = Vec::new();
+    let countries = [
+        "France", "Peru", "Japan", "Kenya", "Chile", "Norway", "Egypt", "Cuba",
+    ];
+    for i in 0..48 {
+        let code = i % 2 == 1;
+        let prompt = if code {
+            format!("Complete the following Python function.\n```python\ndef task_{i}(xs):\n    \"\"\"Return item {i}.\"\"\"\n```")
+        } else {
+            format!(
+                "What is the capital of {}? Answer with one word only.",
+                countries[i % 8]
+            )
+        };
+        for (model, passed, latency) in [
+            ("fast", !code, 300.0),
+            ("coder", code || i % 4 == 0, 2000.0),
+        ] {
+            rows.push(serde_json::json!({
+                "item": format!("item-{i:02}"), "kind": if code { "humaneval" } else { "contains" },
+                "model": model, "prompt": prompt, "passed": passed, "status": 200,
+                "promptTokens": 20, "completionTokens": if code { 60 } else { 4 },
+                "latencyMs": latency, "finishReason": "stop", "answer": "",
+            }));
+        }
+    }
+    rows.iter().map(|r| format!("{r}\n")).collect()
+}
+
+fn train_router(traces: &Path, out: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .arg("train-router")
+        .arg("--traces")
+        .arg(traces)
+        .arg("--config")
+        .arg(support::repo().join("heads/train.yaml"))
+        .arg("-o")
+        .arg(out)
+        .args(["--folds", "3", "--latency-weight", "0.1"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces.jsonl");
+    std::fs::write(&traces, fixture_traces()).unwrap();
+    let out = dir.path().join("router.safetensors");
+    let run = train_router(&traces, &out);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("| oracle |") && stdout.contains("| learned λ=0.1 |"),
+        "{stdout}"
+    );
+    let head = RouterHead::load(&out).unwrap();
+    assert_eq!(head.model_names(), ["coder", "fast"]);
+    // Predictions on texts the head never saw follow the traces: facts to "fast", code to
+    // "coder", and the cost heads know who is slow.
+    let snapshot =
+        mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
+    let encoder = snapshot.encoder.clone().unwrap();
+    let predict = |text: &str| {
+        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
+            .as_ref()
+            .clone();
+        let input = RouterHead::input(&v, text);
+        (
+            head.predict(0, &input).unwrap(),
+            head.predict(1, &input).unwrap(),
+        )
+    };
+    let (coder, fast) = predict("What is the capital of Italy? Answer with one word only.");
+    assert!(fast.correct > coder.correct, "{fast:?} {coder:?}");
+    assert!(
+        coder.latency_ms > 3.0 * fast.latency_ms,
+        "{fast:?} {coder:?}"
+    );
+    let (coder, fast) =
+        predict("Complete the following Python function.\n```python\ndef reverse(s):\n```");
+    assert!(coder.correct > fast.correct, "{fast:?} {coder:?}");
+
+    // A trace set missing a model's row for one item is refused, naming both.
+    let broken: String = fixture_traces()
+        .lines()
+        .filter(|l| !(l.contains("\"item-07\"") && l.contains("\"fast\"")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&traces, broken).unwrap();
+    let run = train_router(&traces, &dir.path().join("other.safetensors"));
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("item \"item-07\" has no row for model \"fast\""),
+        "{stderr}"
+    );
+}
