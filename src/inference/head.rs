@@ -213,14 +213,6 @@ impl Head {
             vec![self.probe.len()],
             f32s_to_le(&self.probe),
         ));
-        let views = buffers
-            .iter()
-            .map(|(name, shape, data)| {
-                TensorView::new(Dtype::F32, shape.clone(), data)
-                    .map(|view| (name.clone(), view))
-                    .map_err(|e| HeadError::new(path, e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let labels =
             serde_json::to_string(&self.labels).map_err(|e| HeadError::new(path, e.to_string()))?;
         let mut info: HashMap<String, String> = [
@@ -234,9 +226,26 @@ impl Head {
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         info.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-        safetensors::serialize_to_file(views, Some(info), path)
-            .map_err(|e| HeadError::new(path, e.to_string()))
+        write_f32_tensors(path, &buffers, info)
     }
+}
+
+/// Writes f32 tensors (name, shape, little-endian bytes) and metadata as one safetensors file.
+pub(crate) fn write_f32_tensors(
+    path: &Path,
+    buffers: &[(String, Vec<usize>, Vec<u8>)],
+    info: HashMap<String, String>,
+) -> Result<(), HeadError> {
+    let views = buffers
+        .iter()
+        .map(|(name, shape, data)| {
+            TensorView::new(Dtype::F32, shape.clone(), data)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| HeadError::new(path, e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize_to_file(views, Some(info), path)
+        .map_err(|e| HeadError::new(path, e.to_string()))
 }
 
 /// Little-endian bytes as f32 values (the safetensors layout); a trailing partial value is

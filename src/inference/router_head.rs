@@ -10,8 +10,8 @@
 //! (`mom-router-router/1`), `models` and `features` (JSON arrays), `encoder`, `encoderSha256`,
 //! and the training provenance.
 
-use super::head::{f32s_from_le, f32s_to_le, softmax, Dense, HeadError};
-use safetensors::tensor::{Dtype, TensorView};
+use super::head::{f32s_from_le, f32s_to_le, softmax, write_f32_tensors, Dense, HeadError};
+use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::Path;
@@ -234,14 +234,6 @@ impl RouterHead {
             vec![self.probe.len()],
             f32s_to_le(&self.probe),
         ));
-        let views = buffers
-            .iter()
-            .map(|(name, shape, data)| {
-                TensorView::new(Dtype::F32, shape.clone(), data)
-                    .map(|view| (name.clone(), view))
-                    .map_err(|e| HeadError::new(path, e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let json = |names: &[&str]| serde_json::to_string(names).unwrap_or_default();
         let mut info: HashMap<String, String> = [
             ("format", ROUTER_FORMAT.to_owned()),
@@ -255,8 +247,7 @@ impl RouterHead {
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         info.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-        safetensors::serialize_to_file(views, Some(info), path)
-            .map_err(|e| HeadError::new(path, e.to_string()))
+        write_f32_tensors(path, &buffers, info)
     }
 }
 

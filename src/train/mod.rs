@@ -9,15 +9,14 @@ mod fit;
 mod metrics;
 mod ridge;
 mod router;
+mod router_fit;
 
 pub use data::{is_held_out, label_set, read_examples, Example};
 pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
 pub use metrics::Report;
-pub use router::{
-    auc, fit_heads, frontier, train_router, Chosen, Fitted, Grid, ModelReport, Point,
-    RouterOptions, RouterReport,
-};
+pub use router::{auc, frontier, train_router, ModelReport, Point, RouterOptions, RouterReport};
+pub use router_fit::{fit_heads, Chosen, Fitted, Grid};
 
 use crate::config::{self, Snapshot};
 use crate::inference::{argmax, EncoderHandle, Head, PROBE_TEXT};
@@ -100,6 +99,24 @@ fn embed_all(
         .collect()
 }
 
+/// The encoder's probe embedding (what a head records of its encoder) and the embedding cache
+/// at `path` for that encoder (empty when there is none or it was written by another encoder).
+fn probe_and_cache(
+    encoder: &EncoderHandle,
+    path: Option<&Path>,
+) -> anyhow::Result<(Vec<f32>, EmbeddingCache)> {
+    let probe = encoder.embed_blocking(&[PROBE_TEXT.to_owned()])?;
+    let probe = probe
+        .first()
+        .map(|p| p.as_ref().clone())
+        .unwrap_or_default();
+    let cache = match path {
+        Some(path) => EmbeddingCache::open(path, &probe),
+        None => EmbeddingCache::default(),
+    };
+    Ok((probe, cache))
+}
+
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
     crate::config::sha256_file(path).with_context(|| format!("cannot read {}", path.display()))
 }
@@ -161,15 +178,7 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
         held_out = held.len(),
         "training"
     );
-    let probe = encoder.embed_blocking(&[PROBE_TEXT.to_owned()])?;
-    let probe = probe
-        .first()
-        .map(|p| p.as_ref().clone())
-        .unwrap_or_default();
-    let mut cache = match &options.cache {
-        Some(path) => EmbeddingCache::open(path, &probe),
-        None => EmbeddingCache::default(),
-    };
+    let (probe, mut cache) = probe_and_cache(&encoder, options.cache.as_deref())?;
     let inputs = embed_all(&encoder, &texts, &mut cache)?;
     let (layers, loss) = fit(
         &inputs,
