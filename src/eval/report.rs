@@ -251,9 +251,9 @@ pub fn plot(card: &Scorecard, path: &Path) -> Result<bool, String> {
     Ok(true)
 }
 
-/// Writes `scorecard.json`, `scorecard.md` and `frontier.png` into `out`; returns the
-/// Markdown.
-pub fn write(card: &Scorecard, out: &Path) -> Result<String, String> {
+/// Writes `scorecard.json`, `scorecard.md` (with `appendix` at its end, e.g. the release
+/// gate's verdicts) and `frontier.png` into `out`; returns the Markdown.
+pub fn write(card: &Scorecard, out: &Path, appendix: &str) -> Result<String, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let json = serde_json::to_string_pretty(card).map_err(|e| e.to_string())?;
     let json_path = out.join("scorecard.json");
@@ -261,7 +261,7 @@ pub fn write(card: &Scorecard, out: &Path) -> Result<String, String> {
         .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
     let png = out.join("frontier.png");
     let plotted = plot(card, &png)?;
-    let text = markdown(card, plotted.then_some("frontier.png"));
+    let text = markdown(card, plotted.then_some("frontier.png")) + appendix;
     let md_path = out.join("scorecard.md");
     std::fs::write(&md_path, &text)
         .map_err(|e| format!("cannot write {}: {e}", md_path.display()))?;

@@ -7,8 +7,7 @@
 //! (`mom-router-head/1`), `task`, `labels` (JSON array), `encoder` (what produced the training
 //! embeddings) and `encoderSha256` (its weights file).
 
-use safetensors::tensor::{Dtype, TensorView};
-use safetensors::SafeTensors;
+use super::head_file::{write_f32_tensors, HeadFile};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -107,41 +106,20 @@ impl Head {
     /// Reads a head file and checks that its shapes fit together.
     pub fn load(path: &Path) -> Result<Self, HeadError> {
         let bytes = std::fs::read(path).map_err(|e| HeadError::new(path, e.to_string()))?;
-        let bad = |m: String| HeadError::new(path, m);
-        let (_, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
-        let info = metadata.metadata().clone().unwrap_or_default();
-        let field = |key: &str| {
-            info.get(key)
-                .cloned()
-                .ok_or_else(|| bad(format!("not a mom-router head: metadata has no {key:?}")))
-        };
-        let format = field("format")?;
+        let file = HeadFile::parse(path, &bytes, "head")?;
+        let bad = |m: String| file.error(m);
+        let format = file.field("format")?;
         if format != HEAD_FORMAT {
             return Err(bad(format!(
                 "head format {format:?} is not {HEAD_FORMAT:?}; retrain it with `mom-router train`"
             )));
         }
-        let labels: Vec<String> = serde_json::from_str(&field("labels")?)
-            .map_err(|e| bad(format!("metadata labels: {e}")))?;
-        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
-        let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>), HeadError> {
-            let view = tensors
-                .tensor(name)
-                .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-            if view.dtype() != Dtype::F32 {
-                return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
-            }
-            Ok((view.shape().to_vec(), f32s_from_le(view.data())))
-        };
+        let labels: Vec<String> = file.json("labels")?;
         let mut layers = Vec::new();
-        while tensors
-            .names()
-            .iter()
-            .any(|n| *n == format!("layers.{}.weight", layers.len()))
-        {
+        while file.has(&format!("layers.{}.weight", layers.len())) {
             let i = layers.len();
-            let (shape, weight) = read(&format!("layers.{i}.weight"))?;
-            let (bias_shape, bias) = read(&format!("layers.{i}.bias"))?;
+            let (shape, weight) = file.f32(&format!("layers.{i}.weight"))?;
+            let (bias_shape, bias) = file.f32(&format!("layers.{i}.bias"))?;
             let [outputs, inputs] = shape[..] else {
                 return Err(bad(format!("layers.{i}.weight must be 2-D, is {shape:?}")));
             };
@@ -174,13 +152,13 @@ impl Head {
                 last.outputs()
             )));
         }
-        let (_, probe) = read("probe")?;
+        let (_, probe) = file.f32("probe")?;
         let head = Self {
-            task: field("task")?,
+            task: file.field("task")?,
             labels,
             probe,
-            encoder: field("encoder")?,
-            encoder_sha256: field("encoderSha256")?,
+            encoder: file.field("encoder")?,
+            encoder_sha256: file.field("encoderSha256")?,
             layers,
         };
         if head.probe.len() != head.dims() {
@@ -228,24 +206,6 @@ impl Head {
         info.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
         write_f32_tensors(path, &buffers, info)
     }
-}
-
-/// Writes f32 tensors (name, shape, little-endian bytes) and metadata as one safetensors file.
-pub(crate) fn write_f32_tensors(
-    path: &Path,
-    buffers: &[(String, Vec<usize>, Vec<u8>)],
-    info: HashMap<String, String>,
-) -> Result<(), HeadError> {
-    let views = buffers
-        .iter()
-        .map(|(name, shape, data)| {
-            TensorView::new(Dtype::F32, shape.clone(), data)
-                .map(|view| (name.clone(), view))
-                .map_err(|e| HeadError::new(path, e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    safetensors::serialize_to_file(views, Some(info), path)
-        .map_err(|e| HeadError::new(path, e.to_string()))
 }
 
 /// Little-endian bytes as f32 values (the safetensors layout); a trailing partial value is

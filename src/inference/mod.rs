@@ -5,6 +5,7 @@
 
 mod candle_bert;
 mod head;
+mod head_file;
 mod onnx_bert;
 mod onnx_ner;
 mod onnx_session;

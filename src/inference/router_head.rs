@@ -10,9 +10,8 @@
 //! (`mom-router-router/1`), `models` and `features` (JSON arrays), `encoder`, `encoderSha256`,
 //! and the training provenance.
 
-use super::head::{f32s_from_le, f32s_to_le, softmax, write_f32_tensors, Dense, HeadError};
-use safetensors::tensor::Dtype;
-use safetensors::SafeTensors;
+use super::head::{f32s_to_le, softmax, Dense, HeadError};
+use super::head_file::{write_f32_tensors, HeadFile};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -138,47 +137,27 @@ impl RouterHead {
     /// Reads a router head file and checks that its shapes fit together.
     pub fn load(path: &Path) -> Result<Self, HeadError> {
         let bytes = std::fs::read(path).map_err(|e| HeadError::new(path, e.to_string()))?;
-        let bad = |m: String| HeadError::new(path, m);
-        let (_, metadata) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(e.to_string()))?;
-        let info = metadata.metadata().clone().unwrap_or_default();
-        let field = |key: &str| {
-            info.get(key).cloned().ok_or_else(|| {
-                bad(format!(
-                    "not a mom-router router head: metadata has no {key:?}"
-                ))
-            })
-        };
-        let format = field("format")?;
+        let file = HeadFile::parse(path, &bytes, "router head")?;
+        let bad = |m: String| file.error(m);
+        let format = file.field("format")?;
         if format != ROUTER_FORMAT {
             return Err(bad(format!(
                 "format {format:?} is not {ROUTER_FORMAT:?}; train it with `mom-router train-router`"
             )));
         }
-        let features: Vec<String> = serde_json::from_str(&field("features")?)
-            .map_err(|e| bad(format!("metadata features: {e}")))?;
+        let features: Vec<String> = file.json("features")?;
         if features != ROUTER_FEATURES {
             return Err(bad(format!(
                 "trained on features {features:?}, this build computes {ROUTER_FEATURES:?}; \
                  retrain it with `mom-router train-router`"
             )));
         }
-        let names: Vec<String> = serde_json::from_str(&field("models")?)
-            .map_err(|e| bad(format!("metadata models: {e}")))?;
-        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(e.to_string()))?;
-        let read = |name: &str| -> Result<(Vec<usize>, Vec<f32>), HeadError> {
-            let view = tensors
-                .tensor(name)
-                .map_err(|e| bad(format!("tensor {name}: {e}")))?;
-            if view.dtype() != Dtype::F32 {
-                return Err(bad(format!("tensor {name} is {:?}, not F32", view.dtype())));
-            }
-            Ok((view.shape().to_vec(), f32s_from_le(view.data())))
-        };
-        let (_, probe) = read("probe")?;
+        let names: Vec<String> = file.json("models")?;
+        let (_, probe) = file.f32("probe")?;
         let inputs = probe.len() + ROUTER_FEATURES.len();
         let dense = |name: &str| -> Result<Dense, HeadError> {
-            let (shape, weight) = read(&format!("{name}.weight"))?;
-            let (bias_shape, bias) = read(&format!("{name}.bias"))?;
+            let (shape, weight) = file.f32(&format!("{name}.weight"))?;
+            let (bias_shape, bias) = file.f32(&format!("{name}.bias"))?;
             if shape != [2, inputs] || bias_shape != [2] {
                 return Err(bad(format!(
                     "{name} has shapes {shape:?} and {bias_shape:?}, expected [2, {inputs}] and [2]"
@@ -207,8 +186,8 @@ impl RouterHead {
         Ok(Self {
             models,
             probe,
-            encoder: field("encoder")?,
-            encoder_sha256: field("encoderSha256")?,
+            encoder: file.field("encoder")?,
+            encoder_sha256: file.field("encoderSha256")?,
         })
     }
 

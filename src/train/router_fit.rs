@@ -102,6 +102,65 @@ fn apply_correct(dense: &Dense, input: &[f32]) -> f64 {
     1.0 / (1.0 + (wrong - right).exp())
 }
 
+/// The training items in folds, for choosing a setting by cross-validation.
+struct Folds<'a> {
+    /// The training items (indices into the traces).
+    train: &'a [usize],
+    /// Each training item's fold.
+    folds: &'a [usize],
+    /// How many folds.
+    count: usize,
+    /// Every item's head input.
+    inputs: &'a [Vec<f32>],
+}
+
+impl Folds<'_> {
+    /// For each of `settings`: fits on all folds but one (`fit` gets the setting and the item
+    /// indices), predicts the left-out fold (`read`), and averages `loss` (training position,
+    /// prediction) over every training item; an item no fit could predict (its fold held every
+    /// item) keeps `unseen`. Returns the setting with the lowest loss, the loss and its
+    /// out-of-fold predictions, in training order.
+    fn choose(
+        &self,
+        settings: &[f64],
+        unseen: f64,
+        fit: impl Fn(f64, &[usize]) -> anyhow::Result<Dense>,
+        read: impl Fn(&Dense, &[f32]) -> f64,
+        loss: impl Fn(usize, f64) -> f64,
+    ) -> anyhow::Result<(f64, f64, Vec<f64>)> {
+        let mut best: Option<(f64, f64, Vec<f64>)> = None;
+        for &setting in settings {
+            let mut predictions = vec![unseen; self.train.len()];
+            for fold in 0..self.count {
+                let fit_rows: Vec<usize> = (0..self.train.len())
+                    .filter(|&k| self.folds[k] != fold)
+                    .map(|k| self.train[k])
+                    .collect();
+                let held: Vec<usize> = (0..self.train.len())
+                    .filter(|&k| self.folds[k] == fold)
+                    .collect();
+                if fit_rows.is_empty() || held.is_empty() {
+                    continue;
+                }
+                let dense = fit(setting, &fit_rows)?;
+                for k in held {
+                    predictions[k] = read(&dense, &self.inputs[self.train[k]]);
+                }
+            }
+            let total: f64 = predictions
+                .iter()
+                .enumerate()
+                .map(|(k, p)| loss(k, *p))
+                .sum();
+            let mean = total / self.train.len().max(1) as f64;
+            if best.as_ref().is_none_or(|(_, l, _)| mean < *l) {
+                best = Some((setting, mean, predictions));
+            }
+        }
+        best.context("no setting to try")
+    }
+}
+
 /// Fits the head from already-embedded items (`inputs[i]` is [`RouterHead::input`] of item
 /// `i`) on the `train` items. For each model the weight decay and ridge penalty come from
 /// `grid` by cross-validation over `grid.folds` folds of the training items (by a hash of the
@@ -123,82 +182,47 @@ pub fn fit_heads(
         .iter()
         .map(|&i| fold_of(&traces.items[i].id, grid.folds))
         .collect();
-    let split = |f: usize| -> (Vec<usize>, Vec<usize>) {
-        let fit: Vec<usize> = (0..train.len())
-            .filter(|&k| folds[k] != f)
-            .map(|k| train[k])
-            .collect();
-        let out: Vec<usize> = (0..train.len()).filter(|&k| folds[k] == f).collect();
-        (fit, out)
+    let cv = Folds {
+        train,
+        folds: &folds,
+        count: grid.folds,
+        inputs,
     };
     let models = traces.models.len();
     let mut columns: Vec<Vec<Predicted>> = Vec::with_capacity(models);
     let mut heads = Vec::with_capacity(models);
     let mut chosen = Vec::with_capacity(models);
     for m in 0..models {
-        let mut best: Option<(f64, f64, Vec<f64>)> = None;
-        for &decay in &grid.weight_decays {
-            let settings = FitSettings {
-                weight_decay: decay,
-                ..settings
-            };
-            let mut probabilities = vec![0.5; train.len()];
-            for f in 0..grid.folds {
-                let (fit_rows, held) = split(f);
-                if fit_rows.is_empty() || held.is_empty() {
-                    continue;
+        let row = |k: usize| &traces.items[train[k]].rows[m];
+        // P(correct): the weight decay with the lowest out-of-fold log loss.
+        let (decay, log_loss, probabilities) = cv.choose(
+            &grid.weight_decays,
+            0.5,
+            |decay, rows| {
+                let settings = FitSettings {
+                    weight_decay: decay,
+                    ..settings
+                };
+                fit_correct(traces, inputs, rows, m, settings)
+            },
+            apply_correct,
+            |k, p| {
+                let p = p.clamp(1e-6, 1.0 - 1e-6);
+                if row(k).passed {
+                    -p.ln()
+                } else {
+                    -(1.0 - p).ln()
                 }
-                let dense = fit_correct(traces, inputs, &fit_rows, m, settings)?;
-                for k in held {
-                    probabilities[k] = apply_correct(&dense, &inputs[train[k]]);
-                }
-            }
-            let loss = train
-                .iter()
-                .zip(&probabilities)
-                .map(|(&i, p)| {
-                    let p = p.clamp(1e-6, 1.0 - 1e-6);
-                    if traces.items[i].rows[m].passed {
-                        -p.ln()
-                    } else {
-                        -(1.0 - p).ln()
-                    }
-                })
-                .sum::<f64>()
-                / train.len() as f64;
-            if best.as_ref().is_none_or(|(l, _, _)| loss < *l) {
-                best = Some((loss, decay, probabilities));
-            }
-        }
-        let Some((log_loss, decay, probabilities)) = best else {
-            bail!("no weight decay to try");
-        };
-        let mut best_cost: Option<(f64, f64, Vec<f64>)> = None;
-        for &alpha in &grid.ridges {
-            let mut latencies = vec![0.0; train.len()];
-            for f in 0..grid.folds {
-                let (fit_rows, held) = split(f);
-                if fit_rows.is_empty() || held.is_empty() {
-                    continue;
-                }
-                let dense = fit_cost(traces, inputs, &fit_rows, m, alpha)?;
-                for k in held {
-                    latencies[k] = f64::from(dense.apply(&inputs[train[k]])[0]);
-                }
-            }
-            let error = train
-                .iter()
-                .zip(&latencies)
-                .map(|(&i, ln)| (ln - traces.items[i].rows[m].latency_ms.max(1.0).ln()).abs())
-                .sum::<f64>()
-                / train.len() as f64;
-            if best_cost.as_ref().is_none_or(|(e, _, _)| error < *e) {
-                best_cost = Some((error, alpha, latencies));
-            }
-        }
-        let Some((_, alpha, latencies)) = best_cost else {
-            bail!("no ridge penalty to try");
-        };
+            },
+        )?;
+        // Cost: the ridge penalty with the lowest out-of-fold error of ln latency.
+        let (alpha, _, latencies) = cv.choose(
+            &grid.ridges,
+            0.0,
+            |alpha, rows| fit_cost(traces, inputs, rows, m, alpha),
+            |dense, input| f64::from(dense.apply(input)[0]),
+            |k, ln| (ln - row(k).latency_ms.max(1.0).ln()).abs(),
+        )?;
         columns.push(
             probabilities
                 .iter()
