@@ -3,16 +3,27 @@
 //! any model sees it, and the placeholders are restored in the answer — a JSON reply, or a
 //! stream of server-sent events where a placeholder may be split across chunks.
 
+use crate::llm::lines::split_lines;
 use crate::signals::pii_patterns::{replace_spans, PiiKind};
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The placeholders of one request and the values they stand for.
+/// The placeholders of one request and the values they stand for. Work is linear in the text:
+/// numbering and restoring look placeholders up by hash, never by scanning the list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Masker {
     /// `(placeholder, value)` in order of first appearance.
     pairs: Vec<(String, String)>,
+    /// Index into `pairs` by value and by placeholder.
+    by_value: HashMap<String, usize>,
+    by_placeholder: HashMap<String, usize>,
+    /// Placeholders numbered so far per kind.
+    counts: HashMap<PiiKind, usize>,
 }
+
+/// At most this many placeholders are named in [`Masker::label`] (a response header).
+pub const LABEL_PLACEHOLDERS: usize = 8;
 
 impl Masker {
     /// Masks, in place, every message text of `object` (string contents and text parts) for the
@@ -52,17 +63,15 @@ impl Masker {
     }
 
     fn placeholder(&mut self, kind: PiiKind, value: &str) -> String {
-        if let Some((placeholder, _)) = self.pairs.iter().find(|(_, v)| v == value) {
-            return placeholder.clone();
+        if let Some(&i) = self.by_value.get(value) {
+            return self.pairs[i].0.clone();
         }
-        let prefix = format!("[{}_", kind.name());
-        let number = self
-            .pairs
-            .iter()
-            .filter(|(p, _)| p.starts_with(&prefix))
-            .count()
-            + 1;
-        let placeholder = format!("{prefix}{number}]");
+        let number = self.counts.entry(kind).or_default();
+        *number += 1;
+        let placeholder = format!("[{}_{number}]", kind.name());
+        let i = self.pairs.len();
+        self.by_value.insert(value.to_owned(), i);
+        self.by_placeholder.insert(placeholder.clone(), i);
         self.pairs.push((placeholder.clone(), value.to_owned()));
         placeholder
     }
@@ -72,23 +81,51 @@ impl Masker {
         self.pairs.is_empty()
     }
 
-    /// The placeholders, space-separated (`[EMAIL_1] [PHONE_1]`), for the trace.
+    /// The placeholders, space-separated (`[EMAIL_1] [PHONE_1]`), for the trace: the first
+    /// [`LABEL_PLACEHOLDERS`], then how many more.
     pub fn label(&self) -> String {
-        let names: Vec<&str> = self.pairs.iter().map(|(p, _)| p.as_str()).collect();
-        names.join(" ")
+        let names: Vec<&str> = self
+            .pairs
+            .iter()
+            .take(LABEL_PLACEHOLDERS)
+            .map(|(p, _)| p.as_str())
+            .collect();
+        let mut label = names.join(" ");
+        if self.pairs.len() > LABEL_PLACEHOLDERS {
+            label.push_str(&format!(
+                " (+{} more)",
+                self.pairs.len() - LABEL_PLACEHOLDERS
+            ));
+        }
+        label
     }
 
-    /// `text` with every placeholder replaced by its value.
+    /// `text` with every placeholder replaced by its value, in one pass.
     pub fn restore(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        // Longest first, so `[EMAIL_1]` never eats into `[EMAIL_12]`.
-        let mut pairs: Vec<&(String, String)> = self.pairs.iter().collect();
-        pairs.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-        for (placeholder, value) in pairs {
-            if out.contains(placeholder.as_str()) {
-                out = out.replace(placeholder.as_str(), value);
+        if self.pairs.is_empty() {
+            return text.to_owned();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(open) = rest.find('[') {
+            out.push_str(&rest[..open]);
+            let candidate = &rest[open..];
+            let close = candidate
+                .bytes()
+                .take(MAX_PLACEHOLDER_LEN)
+                .position(|b| b == b']');
+            match close.and_then(|c| self.by_placeholder.get(&candidate[..=c]).map(|i| (c, i))) {
+                Some((c, &i)) => {
+                    out.push_str(&self.pairs[i].1);
+                    rest = &candidate[c + 1..];
+                }
+                None => {
+                    out.push('[');
+                    rest = &candidate[1..];
+                }
             }
         }
+        out.push_str(rest);
         out
     }
 
@@ -119,13 +156,34 @@ impl Masker {
         out
     }
 
-    /// True when `tail` could still grow into a placeholder.
+    /// True when `tail` (text from a `[`) is a proper start of one of the placeholders: a kind
+    /// name then `_` and the start of a number no larger than that kind's count. Constant work
+    /// per call, whatever the number of placeholders.
     fn could_start(&self, tail: &str) -> bool {
-        self.pairs
-            .iter()
-            .any(|(p, _)| p.len() > tail.len() && p.starts_with(tail))
+        let Some(inner) = tail.strip_prefix('[') else {
+            return false;
+        };
+        if inner.len() >= MAX_PLACEHOLDER_LEN {
+            return false;
+        }
+        self.counts.iter().any(|(kind, &count)| {
+            let stem = format!("{}_", kind.name());
+            if stem.starts_with(inner) {
+                return true;
+            }
+            let Some(digits) = inner.strip_prefix(stem.as_str()) else {
+                return false;
+            };
+            digits.is_empty()
+                || (!digits.starts_with('0')
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && digits.parse::<usize>().is_ok_and(|n| n <= count))
+        })
     }
 }
+
+/// Longer than any placeholder (`[IP_ADDRESS_` and a 64-bit number, then `]`).
+const MAX_PLACEHOLDER_LEN: usize = 40;
 
 /// Restores placeholders in text that arrives in pieces, holding back a piece's end while it
 /// could still be the start of a placeholder.
@@ -170,12 +228,22 @@ impl StreamRestorer {
 #[derive(Debug)]
 pub struct SseRestorer {
     masker: Arc<Masker>,
+    /// The start of a line whose end has not arrived (never holds a `\n`).
     partial: Vec<u8>,
-    choices: Vec<StreamRestorer>,
+    /// Content by choice index.
+    choices: Vec<(usize, StreamRestorer)>,
     /// Tool-call arguments by (choice index, call index).
     calls: Vec<((usize, u64), StreamRestorer)>,
     template: Option<Value>,
 }
+
+/// A line of events longer than this passes on as it is, unrestored, rather than being held
+/// without bound while no newline arrives.
+pub const MAX_SSE_LINE: usize = 1024 * 1024;
+
+/// Distinct choices and tool calls followed across chunks; text of any further one is restored
+/// chunk by chunk (a placeholder split across its chunks stays as it is).
+const MAX_FOLLOWED: usize = crate::llm::sse::MAX_TOOL_CALLS;
 
 impl SseRestorer {
     /// A restorer for `masker`'s placeholders.
@@ -191,12 +259,13 @@ impl SseRestorer {
 
     /// The bytes to pass on for `chunk`: its complete lines, rewritten.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.partial.extend_from_slice(chunk);
-        let mut out = Vec::with_capacity(self.partial.len());
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            self.line(&line, &mut out);
-        }
+        let mut out = Vec::with_capacity(self.partial.len() + chunk.len());
+        let mut partial = std::mem::take(&mut self.partial);
+        let long = split_lines(&mut partial, chunk, MAX_SSE_LINE, |line| {
+            self.line(line, &mut out)
+        });
+        self.partial = partial;
+        out.extend(long.unwrap_or_default());
         out
     }
 
@@ -228,6 +297,7 @@ impl SseRestorer {
         let holding = self
             .choices
             .iter()
+            .map(|(_, c)| c)
             .chain(self.calls.iter().map(|(_, c)| c))
             .any(|c| !c.held.is_empty());
         let maybe = payload
@@ -247,13 +317,12 @@ impl SseRestorer {
             .flatten()
             .enumerate()
         {
-            let index = choice["index"].as_u64().map_or(i, |n| n as usize);
+            let index = choice["index"]
+                .as_u64()
+                .map_or(i, |n| usize::try_from(n).unwrap_or(usize::MAX));
             if let Some(text) = choice["delta"]["content"].as_str() {
-                while self.choices.len() <= index {
-                    self.choices
-                        .push(StreamRestorer::new(Arc::clone(&self.masker)));
-                }
-                choice["delta"]["content"] = json!(self.choices[index].push(text));
+                let restored = follow(&mut self.choices, index, &self.masker, text);
+                choice["delta"]["content"] = json!(restored);
             }
             let calls = choice["delta"]["tool_calls"].as_array_mut();
             for (j, call) in calls.into_iter().flatten().enumerate() {
@@ -261,15 +330,7 @@ impl SseRestorer {
                     continue;
                 };
                 let key = (index, call["index"].as_u64().unwrap_or(j as u64));
-                let position = match self.calls.iter().position(|(k, _)| *k == key) {
-                    Some(p) => p,
-                    None => {
-                        let restorer = StreamRestorer::new(Arc::clone(&self.masker));
-                        self.calls.push((key, restorer));
-                        self.calls.len() - 1
-                    }
-                };
-                let restored = self.calls[position].1.push(arguments);
+                let restored = follow(&mut self.calls, key, &self.masker, arguments);
                 call["function"]["arguments"] = json!(restored);
             }
         }
@@ -282,10 +343,10 @@ impl SseRestorer {
     /// One more chunk carrying text still held back, if any (then nothing is held).
     fn held_event(&mut self) -> Vec<u8> {
         let mut deltas = Vec::new();
-        for (index, restorer) in self.choices.iter_mut().enumerate() {
+        for (index, restorer) in &mut self.choices {
             let text = restorer.flush();
             if !text.is_empty() {
-                deltas.push((index, json!({"content": text})));
+                deltas.push((*index, json!({"content": text})));
             }
         }
         for ((index, call), restorer) in &mut self.calls {
@@ -307,6 +368,26 @@ impl SseRestorer {
         }
         out
     }
+}
+
+/// `text` restored through the restorer followed for `key`, started on first sight while fewer
+/// than [`MAX_FOLLOWED`] are followed; past that, restored on its own.
+fn follow<K: PartialEq>(
+    followed: &mut Vec<(K, StreamRestorer)>,
+    key: K,
+    masker: &Arc<Masker>,
+    text: &str,
+) -> String {
+    if let Some((_, restorer)) = followed.iter_mut().find(|(k, _)| *k == key) {
+        return restorer.push(text);
+    }
+    if followed.len() >= MAX_FOLLOWED {
+        return masker.restore(text);
+    }
+    let mut restorer = StreamRestorer::new(Arc::clone(masker));
+    let restored = restorer.push(text);
+    followed.push((key, restorer));
+    restored
 }
 
 #[cfg(test)]
@@ -438,5 +519,80 @@ mod tests {
         let out = String::from_utf8(out).unwrap_or_default();
         assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
         assert_eq!(masker.restore_body(body.as_bytes()), out.as_bytes());
+    }
+
+    #[test]
+    fn many_distinct_values_number_restore_and_label_correctly() {
+        let emails: Vec<String> = (0..20_000)
+            .map(|i| format!("user{i}@example.com"))
+            .collect();
+        let (object, masker) = masked(&emails.join(" "));
+        let masked = object["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            masked.starts_with("[EMAIL_1] [EMAIL_2] "),
+            "{}",
+            &masked[..40]
+        );
+        assert!(masked.ends_with("[EMAIL_20000]"));
+        assert_eq!(masker.restore(masked), emails.join(" "));
+        assert_eq!(
+            masker.label(),
+            "[EMAIL_1] [EMAIL_2] [EMAIL_3] [EMAIL_4] [EMAIL_5] [EMAIL_6] [EMAIL_7] [EMAIL_8] \
+             (+19992 more)"
+        );
+        // Brackets that are not placeholders, and one that opens inside another, stay.
+        assert_eq!(
+            masker.restore("[[EMAIL_2]] [EMAIL_0] [EMAIL_20001] [EMAIL_"),
+            "[user1@example.com] [EMAIL_0] [EMAIL_20001] [EMAIL_"
+        );
+        let mut stream = StreamRestorer::new(Arc::new(masker));
+        assert_eq!(stream.push("to [EMAIL_19"), "to ");
+        assert_eq!(
+            stream.push("999] and [EMAIL_3"),
+            "user19998@example.com and "
+        );
+        assert_eq!(stream.push("0001"), "[EMAIL_30001");
+    }
+
+    #[test]
+    fn hostile_event_streams_stay_bounded() {
+        let (_, masker) = masked("mail jane.doe@example.com");
+        let masker = Arc::new(masker);
+        let chunk = |index: u64, text: &str| {
+            format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": index, "delta": {"content": text}, "finish_reason": null}]})
+            )
+        };
+        // A giant choice index is followed like any other, without allocating up to it.
+        let mut sse = SseRestorer::new(Arc::clone(&masker));
+        let mut out = sse.push(chunk(u64::MAX, "to [EMAIL").as_bytes());
+        out.extend(sse.push(chunk(u64::MAX, "_1]").as_bytes()));
+        out.extend(sse.finish());
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert!(text.contains("jane.doe@example.com"), "{text}");
+        // Past the followed choices, text is still restored piece by piece.
+        let mut sse = SseRestorer::new(Arc::clone(&masker));
+        let mut out = Vec::new();
+        for index in 0..(MAX_FOLLOWED as u64 + 5) {
+            out.extend(sse.push(chunk(index, "[EMAIL_1]").as_bytes()));
+        }
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert_eq!(
+            text.matches("jane.doe@example.com").count(),
+            MAX_FOLLOWED + 5
+        );
+        // No newline: held up to the bound, then passed on as it is.
+        let mut sse = SseRestorer::new(masker);
+        let piece = vec![b'x'; 64 * 1024];
+        let mut passed = 0;
+        for _ in 0..(MAX_SSE_LINE / piece.len() + 2) {
+            passed += sse.push(&piece).len();
+            assert!(sse.partial.len() <= MAX_SSE_LINE);
+        }
+        passed += sse.finish().len();
+        assert_eq!(passed, piece.len() * (MAX_SSE_LINE / piece.len() + 2));
     }
 }

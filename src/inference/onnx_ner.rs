@@ -134,7 +134,7 @@ impl Batched for OnnxTokenClassifier {
         for (i, text) in texts.iter().enumerate() {
             let encoding = self
                 .tokenizer
-                .encode(*text, false)
+                .encode(ends_of(text, MAX_TEXT_BYTES), false)
                 .map_err(|e| run(format!("tokenizer: {e}")))?;
             for window in windows(encoding.get_ids(), self.window, self.cls, self.sep) {
                 let mask = vec![1; window.len()];
@@ -211,25 +211,55 @@ impl Batched for OnnxTokenClassifier {
     }
 }
 
+/// The most windows one text is read in: past it, the first half and the last half of them
+/// (the rule the jailbreak signal's windows follow), so one request is a bounded batch.
+pub const MAX_WINDOWS: usize = 32;
+
+/// Text tokenized per message: longer text is read at its two ends, half of this each.
+pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// `text`, or its first and last `max / 2` bytes (cut on character boundaries) when longer.
+fn ends_of(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut head = max / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - max / 2;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}\n{}", &text[..head], &text[tail..]).into()
+}
+
 /// Splits token ids into windows of at most `window` tokens including [CLS] and [SEP], each
-/// overlapping the previous by a quarter, so an entity cut at one edge is whole in the next.
+/// overlapping the previous by a quarter, so an entity cut at one edge is whole in the next;
+/// at most [`MAX_WINDOWS`] of them.
 fn windows(ids: &[u32], window: usize, cls: i64, sep: i64) -> Vec<Vec<i64>> {
     let body = window - 2;
     let step = (body - body / 4).max(1);
-    let mut out = Vec::new();
-    let mut start = 0;
-    loop {
-        let end = (start + body).min(ids.len());
-        let mut row = Vec::with_capacity(end - start + 2);
-        row.push(cls);
-        row.extend(ids[start..end].iter().map(|&x| i64::from(x)));
-        row.push(sep);
-        out.push(row);
-        if end == ids.len() {
-            return out;
-        }
-        start += step;
+    let mut starts = vec![0];
+    while starts[starts.len() - 1] + body < ids.len() {
+        starts.push(starts[starts.len() - 1] + step);
     }
+    if starts.len() > MAX_WINDOWS {
+        let last = starts.split_off(starts.len() - MAX_WINDOWS / 2);
+        starts.truncate(MAX_WINDOWS / 2);
+        starts.extend(last);
+    }
+    starts
+        .into_iter()
+        .map(|start| {
+            let end = (start + body).min(ids.len());
+            let mut row = Vec::with_capacity(end - start + 2);
+            row.push(cls);
+            row.extend(ids[start..end].iter().map(|&x| i64::from(x)));
+            row.push(sep);
+            row
+        })
+        .collect()
 }
 
 fn softmax_argmax(scores: &[f32]) -> (usize, f32) {
@@ -241,4 +271,40 @@ fn softmax_argmax(scores: &[f32]) -> (usize, f32) {
             |acc, (i, s)| if *s > acc.1 { (i, *s) } else { acc },
         );
     (best, (top - max).exp() / sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_every_token_up_to_the_cap_then_the_two_ends() {
+        let ids: Vec<u32> = (0..500).collect();
+        let rows = windows(&ids, 10, -1, -2);
+        // Body 8 tokens, step 6: every token lies in some window, each framed by CLS and SEP.
+        let mut seen = vec![false; ids.len()];
+        for row in &rows {
+            assert_eq!((row[0], row[row.len() - 1]), (-1, -2));
+            for &id in &row[1..row.len() - 1] {
+                seen[id as usize] = true;
+            }
+        }
+        assert_eq!(rows.len(), MAX_WINDOWS);
+        assert_eq!(rows[0][1..9], [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(rows[MAX_WINDOWS - 1][rows[MAX_WINDOWS - 1].len() - 2], 499);
+        assert!(seen[..90].iter().all(|s| *s) && seen[450..].iter().all(|s| *s));
+        let short: Vec<u32> = (0..20).collect();
+        let rows = windows(&short, 10, -1, -2);
+        assert_eq!(rows.len(), 3);
+        assert!(windows(&[], 10, -1, -2) == [vec![-1, -2]]);
+    }
+
+    #[test]
+    fn a_long_text_is_read_at_its_two_ends_on_character_boundaries() {
+        assert_eq!(ends_of("short", 16), "short");
+        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
+        let cut = ends_of(&text, 101);
+        assert!(cut.starts_with('é') && cut.ends_with('z') && cut.contains('\n'));
+        assert!(cut.len() <= 102, "{}", cut.len());
+    }
 }

@@ -20,13 +20,15 @@ pub const ROUTER_FORMAT: &str = "mom-router-router/1";
 
 /// The cheap features appended to the embedding, in input order. A head records the list it was
 /// trained with; a head with another list is refused.
-pub const ROUTER_FEATURES: [&str; 6] = [
+pub const ROUTER_FEATURES: [&str; 8] = [
     "prompt_tokens_log",
     "code_fence",
     "code_signature",
     "format_marker",
     "digit_share",
     "short_answer_asked",
+    "code_spec_length",
+    "worked_examples",
 ];
 
 /// The cheap features of a user message, each in 0..=1 (see [`ROUTER_FEATURES`]). Bounded work:
@@ -41,6 +43,11 @@ pub fn cheap_features(text: &str) -> [f32; ROUTER_FEATURES.len()] {
     let tokens = text.len() as f32 / 4.0;
     let digits = scanned.bytes().filter(u8::is_ascii_digit).count() as f32;
     let has = |needles: &[&str]| f32::from(u8::from(needles.iter().any(|n| lower.contains(n))));
+    let code = has(&["```"]).max(has(&["def ", "fn ", "function ", "return ", "class "]));
+    // A long programming task is a hard one for a small model: its length, 0 at 100 tokens and
+    // 1 at 400, counts only where the text asks for code.
+    let spec_length = code * ((tokens - 100.0) / 300.0).clamp(0.0, 1.0);
+    let examples = scanned.matches(">>>").count() as f32;
     [
         ((1.0 + tokens).ln() / 10.0).min(1.0),
         has(&["```"]),
@@ -60,6 +67,8 @@ pub fn cheap_features(text: &str) -> [f32; ROUTER_FEATURES.len()] {
             "symbol only",
             "word only",
         ]),
+        spec_length,
+        (examples / 6.0).min(1.0),
     ]
 }
 
@@ -310,6 +319,16 @@ mod tests {
         assert_eq!((code[1], code[2]), (1.0, 1.0));
         let fact = cheap_features("What is the capital of Peru? Answer with one word only.");
         assert_eq!((fact[1], fact[2], fact[5]), (0.0, 0.0, 1.0));
+        let spec = format!(
+            "def f(x):\n    \"\"\"{}\n    >>> f(1)\n    2\n    \"\"\"",
+            "word ".repeat(400)
+        );
+        let spec = cheap_features(&spec);
+        assert!(
+            spec[6] > 0.9 && (spec[7] - 1.0 / 6.0).abs() < 1e-6,
+            "{spec:?}"
+        );
+        assert_eq!(cheap_features(&"word ".repeat(400))[6], 0.0);
         assert!(fact.iter().all(|v| (0.0..=1.0).contains(v)));
         // Non-ASCII text and a cut inside a character are fine.
         let long = "३".repeat(10_000);

@@ -7,6 +7,7 @@ pub mod client;
 pub mod contract;
 pub mod error_body;
 pub mod headers;
+pub mod lines;
 pub mod logprobs;
 pub mod sse;
 pub mod usage;

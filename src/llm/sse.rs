@@ -74,8 +74,15 @@ struct Assembled {
     finish: Option<Value>,
 }
 
+/// The most choices (`n`) and tool calls per choice an assembled stream may hold; a chunk
+/// indexing past them makes the stream unassemblable instead of allocating up to its index.
+pub const MAX_CHOICES: u64 = 128;
+/// See [`MAX_CHOICES`].
+pub const MAX_TOOL_CALLS: usize = 128;
+
 /// A complete event stream as one JSON chat completion; `None` unless the stream ended with
-/// `[DONE]` and every choice has a finish reason.
+/// `[DONE]`, every choice has a finish reason, and no index passes [`MAX_CHOICES`] or
+/// [`MAX_TOOL_CALLS`].
 pub fn assemble(body: &[u8]) -> Option<Value> {
     let mut head: Option<Value> = None;
     let mut choices: Vec<(u64, Assembled)> = Vec::new();
@@ -97,6 +104,9 @@ pub fn assemble(body: &[u8]) -> Option<Value> {
         head.get_or_insert_with(|| chunk.clone());
         for choice in chunk["choices"].as_array().into_iter().flatten() {
             let index = choice["index"].as_u64().unwrap_or(0);
+            if index >= MAX_CHOICES {
+                return None;
+            }
             let position = match choices.iter().position(|(i, _)| *i == index) {
                 Some(p) => p,
                 None => {
@@ -104,7 +114,7 @@ pub fn assemble(body: &[u8]) -> Option<Value> {
                     choices.len() - 1
                 }
             };
-            merge(&mut choices[position].1, choice);
+            merge(&mut choices[position].1, choice)?;
         }
     }
     let complete = !choices.is_empty() && choices.iter().all(|(_, c)| c.finish.is_some());
@@ -137,7 +147,7 @@ pub fn assemble(body: &[u8]) -> Option<Value> {
     Some(completion)
 }
 
-fn merge(into: &mut Assembled, choice: &Value) {
+fn merge(into: &mut Assembled, choice: &Value) -> Option<()> {
     let delta = &choice["delta"];
     if let Some(role) = delta.get("role").filter(|r| r.is_string()) {
         into.role = Some(role.clone());
@@ -146,7 +156,10 @@ fn merge(into: &mut Assembled, choice: &Value) {
         into.content.get_or_insert_with(String::new).push_str(piece);
     }
     for call in delta["tool_calls"].as_array().into_iter().flatten() {
-        let index = call["index"].as_u64().unwrap_or(0) as usize;
+        let index = usize::try_from(call["index"].as_u64().unwrap_or(0)).ok()?;
+        if index >= MAX_TOOL_CALLS {
+            return None;
+        }
         if into.calls.len() <= index {
             into.calls.resize_with(index + 1, Map::new);
         }
@@ -161,14 +174,18 @@ fn merge(into: &mut Assembled, choice: &Value) {
             .or_insert_with(|| json!({"name": "", "arguments": ""}));
         for field in ["name", "arguments"] {
             if let Some(piece) = call["function"][field].as_str() {
-                let joined = format!("{}{piece}", function[field].as_str().unwrap_or_default());
-                function[field] = Value::String(joined);
+                // Appended in place: a long argument streamed in many pieces stays linear.
+                match function.get_mut(field) {
+                    Some(Value::String(joined)) => joined.push_str(piece),
+                    _ => function[field] = Value::String(piece.to_owned()),
+                }
             }
         }
     }
     if !choice["finish_reason"].is_null() {
         into.finish = Some(choice["finish_reason"].clone());
     }
+    Some(())
 }
 
 #[cfg(test)]
@@ -222,5 +239,34 @@ mod tests {
         assert_eq!(assemble(format!("{head}{finished}").as_bytes()), None);
         assert!(assemble(format!("{head}{finished}data: [DONE]\n\n").as_bytes()).is_some());
         assert_eq!(assemble(b"data: {not json\n\ndata: [DONE]\n\n"), None);
+    }
+
+    #[test]
+    fn a_huge_choice_or_tool_call_index_is_refused_without_allocating_to_it() {
+        let done = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        for index in [u64::MAX, 1 << 40, MAX_TOOL_CALLS as u64] {
+            let call = format!(
+                "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":{index},\"function\":{{\"name\":\"f\"}}}}]}},\"finish_reason\":null}}]}}\n\n"
+            );
+            assert_eq!(
+                assemble(format!("{call}{done}").as_bytes()),
+                None,
+                "{index}"
+            );
+        }
+        let choice = format!("data: {{\"id\":\"c\",\"choices\":[{{\"index\":{},\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n", u64::MAX);
+        assert_eq!(assemble(format!("{choice}{done}").as_bytes()), None);
+        let last = MAX_TOOL_CALLS - 1;
+        let call = format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":{last},\"function\":{{\"arguments\":\"{{}}\"}}}}]}},\"finish_reason\":null}}]}}\n\n"
+        );
+        let assembled = assemble(format!("{call}{done}").as_bytes()).unwrap();
+        let calls = assembled["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap();
+        assert_eq!(
+            (calls.len(), &calls[last]["function"]["arguments"]),
+            (MAX_TOOL_CALLS, &json!("{}"))
+        );
     }
 }

@@ -54,14 +54,18 @@ impl UsageScanner {
         if self.overflow {
             return;
         }
-        self.pending.extend_from_slice(chunk);
-        if self.sse {
-            while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
-                self.read_event_line(&line);
-            }
-        }
-        if self.pending.len() > MAX_READ_BYTES {
+        let over = if self.sse {
+            let mut pending = std::mem::take(&mut self.pending);
+            let over = super::lines::split_lines(&mut pending, chunk, MAX_READ_BYTES, |line| {
+                self.read_event_line(line)
+            });
+            self.pending = pending;
+            over.is_some()
+        } else {
+            self.pending.extend_from_slice(chunk);
+            self.pending.len() > MAX_READ_BYTES
+        };
+        if over {
             self.overflow = true;
             self.pending = Vec::new();
         }

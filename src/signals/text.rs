@@ -58,17 +58,20 @@ pub fn windows(text: &str) -> Vec<String> {
         return vec![text.trim().to_owned()];
     }
     let step = WINDOW_WORDS - WINDOW_OVERLAP;
-    let mut all: Vec<String> = (0..words.len())
+    // Window starts first, so a long text joins only the windows it keeps.
+    let mut starts: Vec<usize> = (0..words.len())
         .step_by(step)
         .take_while(|&start| start == 0 || start + WINDOW_OVERLAP < words.len())
-        .map(|start| words[start..(start + WINDOW_WORDS).min(words.len())].join(" "))
         .collect();
-    if all.len() > MAX_WINDOWS {
-        let tail = all.split_off(all.len() - MAX_WINDOWS / 2);
-        all.truncate(MAX_WINDOWS - tail.len());
-        all.extend(tail);
+    if starts.len() > MAX_WINDOWS {
+        let tail = starts.split_off(starts.len() - MAX_WINDOWS / 2);
+        starts.truncate(MAX_WINDOWS - tail.len());
+        starts.extend(tail);
     }
-    all
+    starts
+        .into_iter()
+        .map(|start| words[start..(start + WINDOW_WORDS).min(words.len())].join(" "))
+        .collect()
 }
 
 #[cfg(test)]
