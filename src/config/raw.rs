@@ -201,9 +201,10 @@ pub struct RawJailbreak {
     /// Extra pattern rules.
     #[serde(default)]
     pub patterns: Vec<RawNamedPattern>,
-    /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
+    /// `fail` (the default: a guard fails closed with 503 `policy_unavailable`), `no_match` or
+    /// `match` when the encoder gives no answer.
     #[serde(default)]
-    pub on_error: RawOnError,
+    pub on_error: Option<RawOnError>,
 }
 
 fn default_attack_labels() -> Vec<String> {
@@ -398,9 +399,10 @@ pub enum RawSignal {
         /// classifier, when configured, reads every message.
         #[serde(default = "scope_all")]
         scope: RawScope,
-        /// `no_match` (default), `match` or `fail` when the token classifier gives no answer.
+        /// `fail` (the default: a guard fails closed with 503 `policy_unavailable`), `no_match`
+        /// or `match` when the token classifier gives no answer.
         #[serde(default)]
-        on_error: RawOnError,
+        on_error: Option<RawOnError>,
     },
     /// Subject area (fourteen MMLU-Pro categories) by a trained head; needs `inference.encoder`.
     Domain(RawClassifier),

@@ -63,8 +63,10 @@ pub enum RouteError {
         /// Why.
         reason: String,
     },
-    /// A policy the identity requires could not run; the identity fails closed.
-    #[error("{identity} requires the {policy} policy, which could not run ({reason}); nothing was sent upstream")]
+    /// A guard (jailbreak or PII check) could not run; the request fails closed.
+    #[error(
+        "the {policy} guard of {identity} could not run ({reason}); nothing was sent upstream"
+    )]
     PolicyUnavailable {
         /// The identity.
         identity: String,

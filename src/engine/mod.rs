@@ -400,13 +400,16 @@ fn route_identity<'s>(
             })
         };
         let result = signal.evaluate(request, headers, neural, &earlier);
-        let required = match signal.kind {
+        // A guard that cannot answer fails closed when the identity requires it or its own
+        // `onError` is `fail` (the default for guards).
+        let on_error = signal.kind.on_error();
+        let closed = match signal.kind {
             SignalKind::Jailbreak(_) => Some(Policy::Jailbreak),
             SignalKind::Pii(_) => Some(Policy::Pii),
             _ => None,
         }
-        .filter(|policy| identity.requires.contains(policy));
-        if let (Some(reason), Some(policy)) = (&result.error, required) {
+        .filter(|policy| identity.requires.contains(policy) || on_error == Some(OnError::Fail));
+        if let (Some(reason), Some(policy)) = (&result.error, closed) {
             return Err(RouteError::PolicyUnavailable {
                 identity: identity.name.clone(),
                 policy: policy.name(),

@@ -2,7 +2,7 @@
 //! embed the head's probe sentence the way the training encoder did (the same model, in any
 //! backend or precision), so a head is never applied to embeddings it was not trained on.
 
-use super::signals::{on_error_of, Models};
+use super::signals::{guard_on_error, on_error_of, Models};
 use crate::config::raw::{RawClassifier, RawJailbreak};
 use crate::inference::{cosine, EncoderHandle, Head, PROBE_TEXT};
 use crate::signals::{ClassifierSignal, JailbreakSignal, SignalError, SignalKind};
@@ -115,7 +115,7 @@ pub(super) fn jailbreak<'a>(
         raw.threshold,
         raw.builtin_patterns,
         &extra,
-        on_error_of(raw.on_error),
+        guard_on_error(raw.on_error),
     )?;
     Ok((&raw.name, SignalKind::Jailbreak(signal)))
 }

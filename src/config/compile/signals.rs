@@ -170,7 +170,7 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
                 scope(*s),
                 models.ner.map(|n| n.types.as_slice()),
                 models.ner.map_or(0.5, |n| n.min_score),
-                on_error_of(*on_error),
+                guard_on_error(*on_error),
             )?),
         ),
         RawSignal::Metadata {
@@ -252,6 +252,11 @@ fn exemplar<'a>(
         on_error_of(raw.on_error),
     )?;
     Ok((&raw.name, SignalKind::Exemplar(signal)))
+}
+
+/// A guard signal's (`jailbreak`, `pii`) `onError`: unset, it fails closed.
+pub(super) fn guard_on_error(raw: Option<RawOnError>) -> OnError {
+    raw.map_or(OnError::Fail, on_error_of)
 }
 
 pub(super) fn on_error_of(raw: RawOnError) -> OnError {

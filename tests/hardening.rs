@@ -1,0 +1,57 @@
+//! Hostile conditions the sidecar must survive or refuse: guards that cannot answer fail
+//! closed unless the policy says otherwise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use mom_router::config::compile_str;
+use mom_router::engine::{self, Action};
+use mom_router::llm::Headers;
+use serde_json::Value;
+use support::sidecar::quickstart_config;
+use support::stack::ask;
+
+/// Routes `text` through the quickstart policy with its encoder and NER model gone (every
+/// neural call fails, as when the queues are flooded).
+async fn without_models(config: &str, text: &str) -> Action {
+    let mut snapshot = compile_str(config).unwrap();
+    snapshot.encoder = None;
+    snapshot.ner = None;
+    let body = ask(text).to_string().into_bytes();
+    let services = engine::Services::offline(&snapshot);
+    engine::on_request_body(&snapshot, &services, &Headers::default(), &body)
+        .await
+        .action
+}
+
+#[tokio::test]
+async fn guards_that_cannot_answer_fail_closed_unless_the_policy_opts_out() {
+    let action = without_models(&quickstart_config(), "Tell me about the weather").await;
+    let Action::Respond(reply) = action else {
+        panic!("a request passed a guard that could not run: {action:?}");
+    };
+    assert_eq!(reply.status, 503);
+    let error: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(error["error"]["code"], "policy_unavailable");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("guard") && message.contains("nothing was sent upstream"),
+        "{message}"
+    );
+
+    // Both guards opt out explicitly: the request goes on, the errors recorded.
+    let open = quickstart_config()
+        .replace("    type: pii\n", "    type: pii\n    onError: no_match\n")
+        .replace(
+            "    type: jailbreak\n",
+            "    type: jailbreak\n    onError: no_match\n",
+        );
+    assert_ne!(open, quickstart_config());
+    let action = without_models(&open, "Tell me about the weather").await;
+    assert!(matches!(action, Action::Forward(_)), "{action:?}");
+}
