@@ -1,5 +1,6 @@
 //! Hostile conditions the sidecar must survive or refuse: guards that cannot answer fail
-//! closed unless the policy says otherwise.
+//! closed unless the policy says otherwise; a client cannot pick its backend, even when the
+//! ext_proc filter fails open.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -14,7 +15,7 @@ use mom_router::engine::{self, Action};
 use mom_router::llm::Headers;
 use serde_json::Value;
 use support::sidecar::quickstart_config;
-use support::stack::ask;
+use support::stack::{ask, Stack};
 
 /// Routes `text` through the quickstart policy with its encoder and NER model gone (every
 /// neural call fails, as when the queues are flooded).
@@ -54,4 +55,22 @@ async fn guards_that_cannot_answer_fail_closed_unless_the_policy_opts_out() {
     assert_ne!(open, quickstart_config());
     let action = without_models(&open, "Tell me about the weather").await;
     assert!(matches!(action, Action::Forward(_)), "{action:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_ext_proc_failing_open_a_client_still_cannot_pick_its_backend() {
+    let stack = Stack::start_failing_open_without_sidecar().await;
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "spoof-open"))
+        .header("x-selected-model", "gemma3-270m")
+        .body(ask("hello").to_string())
+        .send()
+        .await
+        .unwrap();
+    // The public listener dropped the header before routing: no model, no backend.
+    assert_eq!(response.status(), 503);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "no_model_selected");
+    assert_eq!(stack.requests_seen(), 0);
 }

@@ -85,8 +85,8 @@ async fn a_confident_cheap_answer_is_returned_without_calling_the_others() {
     assert_eq!(calls[0]["stream"], false);
     assert_eq!(calls[0]["max_tokens"], 64);
     assert_eq!(calls[0]["model"], "SmolLM2-135M-Instruct");
-    assert_eq!(calls[0]["_depth"], "1");
-    assert_eq!(calls[0]["_token"].as_str().unwrap().len(), 32);
+    // The internal listener strips mom-router's signature before the backend.
+    assert!(calls[0]["_depth"].is_null() && calls[0]["_token"].is_null());
     assert!(
         seen(&stack, "qwen2.5-coder-0.5b").is_empty() && seen(&stack, "gemma3-270m").is_empty()
     );

@@ -16,7 +16,8 @@ enum Mode<'a> {
     Bundle(&'a Path, &'a str),
     Replicas(&'a str),
     Unix(&'a str, &'a Path),
-    Down,
+    /// No sidecar; Envoy's config edited by the pairs.
+    Down(&'a [(&'a str, &'a str)]),
 }
 
 /// Everything a request passes through.
@@ -64,7 +65,13 @@ impl Stack {
 
     /// Envoy and backends with no sidecar listening.
     pub async fn start_without_sidecar() -> Self {
-        Self::start_mode(Mode::Down).await
+        Self::start_mode(Mode::Down(&[])).await
+    }
+
+    /// Envoy with its ext_proc filter failing open (`failure_mode_allow: true`), no sidecar.
+    pub async fn start_failing_open_without_sidecar() -> Self {
+        let open = [("failure_mode_allow: false", "failure_mode_allow: true")];
+        Self::start_mode(Mode::Down(&open)).await
     }
 
     async fn start_mode(mode: Mode<'_>) -> Self {
@@ -130,9 +137,9 @@ impl Stack {
                     Envoy::start_edited(ports, &[(tcp, pipe.as_str())]).await,
                 )
             }
-            Mode::Down => {
+            Mode::Down(edits) => {
                 ports.insert(envoy::SIDECAR, free_port());
-                (None, Envoy::start(ports).await)
+                (None, Envoy::start_edited(ports, edits).await)
             }
         };
         Self {
