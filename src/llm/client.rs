@@ -56,7 +56,11 @@ impl LlmClient {
             url: format!("{base}/v1/chat/completions"),
             base,
             token,
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                // A redirect would carry the internal token to wherever it points.
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
         }
     }
 
@@ -129,17 +133,37 @@ impl LlmClient {
             .await
             .map_err(|e| CallError::Transport(e.to_string()))?;
         let status = response.status().as_u16();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| CallError::Transport(e.to_string()))?;
         if !(200..300).contains(&status) {
             return Err(CallError::Status(status));
         }
+        let bytes = read_capped(response, MAX_REPLY_BYTES).await?;
         let body =
             serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
         Ok((status, body))
     }
+}
+
+/// The largest sub-request answer read; a longer one is [`CallError::Malformed`].
+pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The body of `response`, refused once it passes `max` bytes (before reading it all).
+async fn read_capped(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
+    let too_long = || CallError::Malformed(format!("answer longer than {max} bytes"));
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_long());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| CallError::Transport(e.to_string()))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// `call`'s result, or a timeout once `deadline` passes.
@@ -184,5 +208,64 @@ mod tests {
             &token
         ));
         assert_ne!(new_token(), token);
+    }
+
+    /// A one-connection-at-a-time HTTP server on loopback answering every request with `reply`
+    /// (then closing); counts the requests it saw.
+    async fn answering(reply: Vec<u8>) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let base = format!(
+            "http://{}",
+            listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+        );
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let _ = socket.write_all(&reply).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (base, seen)
+    }
+
+    #[tokio::test]
+    async fn sub_requests_follow_no_redirect_and_read_no_oversize_answer() {
+        let (target, followed) =
+            answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec()).await;
+        let redirect = format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}/v1/chat/completions\r\ncontent-length: 0\r\n\r\n"
+        );
+        let (base, _) = answering(redirect.into_bytes()).await;
+        let client = LlmClient::new(&base, new_token());
+        let second = Duration::from_secs(5);
+        let answer = client.chat("m", b"{}".to_vec(), 1, second).await;
+        assert_eq!(answer.unwrap_err(), CallError::Status(307));
+        assert_eq!(followed.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        let declared = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            MAX_REPLY_BYTES + 1
+        );
+        let (base, _) = answering(declared.into_bytes()).await;
+        let answer = LlmClient::new(&base, new_token())
+            .chat("m", Vec::new(), 1, second)
+            .await;
+        assert!(matches!(answer, Err(CallError::Malformed(m)) if m.contains("longer than")));
+
+        // No length declared: the body is cut off at the cap while it streams.
+        let mut chunked = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec();
+        chunked.extend(vec![b' '; MAX_REPLY_BYTES + 10]);
+        let (base, _) = answering(chunked).await;
+        let answer = LlmClient::new(&base, new_token())
+            .chat("m", Vec::new(), 1, second)
+            .await;
+        assert!(matches!(answer, Err(CallError::Malformed(m)) if m.contains("longer than")));
     }
 }
