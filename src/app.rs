@@ -195,6 +195,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         state: state.clone(),
         lock,
         records: records_for_admin,
+        outcomes_auth: admin::OutcomesAuth::from_env(admin_addr.ip().is_loopback()),
     });
     let signal = wait_for(stopped.clone());
     tasks.push(tokio::spawn(async move {

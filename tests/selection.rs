@@ -240,6 +240,27 @@ async fn outcomes_are_validated_and_unknown_runs_are_not_found() {
     )
     .await;
     assert_eq!(status, 200);
+    // The same preference again, or twice in one body, is refused: one run id repeated
+    // cannot take the ratings over.
+    let again = json!({"run_id": "gemma-run", "preferred_over": run});
+    let (status, error) = post_outcome(&stack, &again).await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("duplicate_outcome"))
+    );
+    let (status, error) = post_outcome(
+        &stack,
+        &json!([{"run_id": run, "thumbs": "up"}, {"run_id": run, "reward": 0.2}]),
+    )
+    .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (400, &json!("duplicate_outcome"))
+    );
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("[1] repeats a reward"));
     let (model, headers) = send(&stack, &ask("b"), "o2").await;
     assert_eq!(model, "gemma3-270m");
     assert!(text(&headers, "x-mom-selection-reason").contains("highest Elo rating 1516.0"));

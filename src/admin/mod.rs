@@ -29,6 +29,39 @@ pub struct AdminState {
     pub lock: crate::lock::LockSlot,
     /// Where reported outcomes are recorded, when run records are on.
     pub records: Option<crate::records::RecordSink>,
+    /// Who may post outcomes.
+    pub outcomes_auth: OutcomesAuth,
+}
+
+/// The environment variable holding the bearer token `POST /v1/outcomes` requires.
+pub const OUTCOMES_TOKEN_ENV: &str = "MOM_OUTCOMES_TOKEN";
+
+/// Who may post outcomes: anyone who reaches a loopback admin listener; on any other address,
+/// only a caller presenting the bearer token from [`OUTCOMES_TOKEN_ENV`] (refused to everyone
+/// when it is unset), since outcomes steer the learning algorithms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutcomesAuth {
+    /// The admin listener is on loopback and no token is set.
+    Loopback,
+    /// Callers must send `authorization: Bearer TOKEN`.
+    Token(String),
+    /// Exposed with no token set: refused.
+    Refused,
+}
+
+impl OutcomesAuth {
+    /// The rule for an admin listener on loopback or not, with the token from the environment.
+    pub fn from_env(loopback: bool) -> Self {
+        let token = std::env::var(OUTCOMES_TOKEN_ENV)
+            .ok()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
+        match (token, loopback) {
+            (Some(token), _) => Self::Token(token),
+            (None, true) => Self::Loopback,
+            (None, false) => Self::Refused,
+        }
+    }
 }
 
 /// The admin routes.

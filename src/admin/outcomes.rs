@@ -9,17 +9,21 @@
 //! {"run_id": "…", "tied_with": "…"}       // elo: a draw
 //! ```
 //!
-//! Every outcome in a request is checked before any is applied; an unknown run id is a 404.
+//! Outside loopback the caller needs a bearer token (see [`OutcomesAuth`]).
+//! Every outcome in a request is checked before any is applied; an unknown run id is a 404. A
+//! run takes one outcome of each kind (one per other run for preferences): a repeat in the same
+//! body is a 400 and one already credited a 409 `duplicate_outcome`, so one run id repeated
+//! cannot take the statistics over.
 //! With run records on, each applied outcome is also written as a record line joined to its run
 //! by `run_id`.
 
-use super::AdminState;
+use super::{AdminState, OutcomesAuth, OUTCOMES_TOKEN_ENV};
 use crate::llm::error_body::openai_error;
 use crate::observability::metrics::OutcomeLabels;
 use crate::state::{Outcome, OutcomeError};
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -116,7 +120,42 @@ fn record_of(run_id: &str, outcome: &Outcome) -> crate::records::RunRecord {
     crate::records::outcome_record(run_id, crate::state::now_ms(), kind, value, other)
 }
 
-pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Response {
+/// The refusal for a caller `auth` does not admit, if any.
+fn refusal(auth: &OutcomesAuth, headers: &HeaderMap) -> Option<Response> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match auth {
+        OutcomesAuth::Loopback => None,
+        OutcomesAuth::Token(token)
+            if presented.is_some_and(|p| crate::llm::client::token_matches(p.trim(), token)) =>
+        {
+            None
+        }
+        OutcomesAuth::Token(_) => Some(error(
+            StatusCode::UNAUTHORIZED,
+            "outcomes need `authorization: Bearer TOKEN` with the token the sidecar was started with",
+            "unauthorized",
+        )),
+        OutcomesAuth::Refused => Some(error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "the admin listener is not on loopback and {OUTCOMES_TOKEN_ENV} is not set: outcomes are refused"
+            ),
+            "outcomes_disabled",
+        )),
+    }
+}
+
+pub(super) async fn post(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(refused) = refusal(&state.outcomes_auth, &headers) {
+        return refused;
+    }
     let parsed = match serde_json::from_slice::<Body>(&body) {
         Ok(Body::One(one)) => vec![one],
         Ok(Body::Many(many)) => many,
@@ -135,6 +174,21 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
             Err(message) => return error(StatusCode::BAD_REQUEST, &message, "invalid_outcome"),
         }
     }
+    let mut keys = std::collections::HashSet::new();
+    for (i, (run_id, outcome)) in outcomes.iter().enumerate() {
+        if !keys.insert(outcome.credit_key(run_id)) {
+            let message = format!(
+                "[{i}] repeats a {} outcome for run {run_id:?} given earlier in this body",
+                outcome.kind()
+            );
+            return error(StatusCode::BAD_REQUEST, &message, "duplicate_outcome");
+        }
+        if state.state.credited(run_id, outcome) {
+            let message =
+                OutcomeError::AlreadyCredited((*run_id).to_owned(), outcome.kind()).to_string();
+            return error(StatusCode::CONFLICT, &message, "duplicate_outcome");
+        }
+    }
     for (run_id, outcome) in &outcomes {
         let mut ids = vec![*run_id];
         if let Outcome::Preference { other_run, .. } = outcome {
@@ -151,11 +205,7 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
     for (run_id, outcome) in &outcomes {
         match state.state.apply(run_id, outcome).await {
             Ok(run) => {
-                let kind = match outcome {
-                    Outcome::Reward(_) => "reward",
-                    Outcome::Verified(_) => "verified",
-                    Outcome::Preference { .. } => "preference",
-                };
+                let kind = outcome.kind();
                 state
                     .metrics
                     .outcomes
@@ -170,7 +220,13 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
                 }));
             }
             // The run expired between the check and now.
-            Err(e) => return error(StatusCode::NOT_FOUND, &e.to_string(), "unknown_run"),
+            Err(e @ OutcomeError::UnknownRun(_)) => {
+                return error(StatusCode::NOT_FOUND, &e.to_string(), "unknown_run")
+            }
+            // Credited by a concurrent request since the check.
+            Err(e @ OutcomeError::AlreadyCredited(..)) => {
+                return error(StatusCode::CONFLICT, &e.to_string(), "duplicate_outcome")
+            }
         }
     }
     (
@@ -179,4 +235,33 @@ pub(super) async fn post(State(state): State<AdminState>, body: Bytes) -> Respon
         json!({ "applied": applied }).to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::AUTHORIZATION,
+            value.parse().unwrap_or_else(|_| panic!("{value}")),
+        );
+        headers
+    }
+
+    #[test]
+    fn outcomes_need_loopback_or_the_token() {
+        let none = HeaderMap::new();
+        assert!(refusal(&OutcomesAuth::Loopback, &none).is_none());
+        let token = OutcomesAuth::Token("s3cret".to_owned());
+        assert!(refusal(&token, &bearer("Bearer s3cret")).is_none());
+        for wrong in [none.clone(), bearer("Bearer s3cre"), bearer("Basic s3cret")] {
+            let refused = refusal(&token, &wrong).map(|r| r.status());
+            assert_eq!(refused, Some(StatusCode::UNAUTHORIZED));
+        }
+        let refused = refusal(&OutcomesAuth::Refused, &bearer("Bearer s3cret"));
+        assert_eq!(refused.map(|r| r.status()), Some(StatusCode::FORBIDDEN));
+        assert_eq!(OutcomesAuth::from_env(true), OutcomesAuth::Loopback);
+    }
 }

@@ -121,6 +121,8 @@ pub struct StateStore {
     settings: Settings,
     stats: Mutex<Stats>,
     runs: moka::sync::Cache<String, Run>,
+    /// Outcomes already credited, by run id and kind, for as long as runs are remembered.
+    credited: moka::sync::Cache<String, ()>,
     pins: moka::sync::Cache<String, Pin>,
     answers: cache::LocalAnswers,
     redis: Option<RedisTier>,
@@ -145,11 +147,16 @@ impl StateStore {
             .max_capacity(settings.max_runs)
             .time_to_idle(settings.session_ttl)
             .build();
+        let credited = moka::sync::Cache::builder()
+            .max_capacity(settings.max_runs.saturating_mul(4))
+            .time_to_live(settings.run_ttl)
+            .build();
         Self {
             answers: cache::LocalAnswers::new(settings.cache_entries),
             settings,
             stats: Mutex::new(Stats::default()),
             runs,
+            credited,
             pins,
             redis: None,
         }
@@ -335,6 +342,11 @@ impl StateStore {
     }
 
     /// Credits an outcome to the run `id`; returns the run it was credited to.
+    /// True when an outcome like `outcome` was already credited to run `id`.
+    pub fn credited(&self, id: &str, outcome: &Outcome) -> bool {
+        self.credited.contains_key(&outcome.credit_key(id))
+    }
+
     pub async fn apply(&self, id: &str, outcome: &Outcome) -> Result<Run, OutcomeError> {
         let run = self
             .find_run(id)
@@ -348,6 +360,13 @@ impl StateStore {
             ),
             _ => None,
         };
+        // One outcome of each kind per run (and per pair for preferences): a client repeating
+        // one run id cannot take the statistics over.
+        let key = outcome.credit_key(id);
+        if self.credited.contains_key(&key) {
+            return Err(OutcomeError::AlreadyCredited(id.to_owned(), outcome.kind()));
+        }
+        self.credited.insert(key, ());
         let k = self.settings.elo_k;
         self.with_stats(|stats| stats.apply(&run, other.as_ref(), outcome, k));
         if let Some(redis) = &self.redis {

@@ -17,10 +17,35 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The kind, as metrics, records and errors name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Reward(_) => "reward",
+            Self::Verified(_) => "verified",
+            Self::Preference { .. } => "preference",
+        }
+    }
+
+    /// What makes this outcome of run `run_id` a repeat: its kind (a reward and a thumbs are
+    /// both rewards), and for a preference the other run too.
+    pub fn credit_key(&self, run_id: &str) -> String {
+        match self {
+            Self::Preference { other_run, .. } => {
+                format!("{run_id}\u{0}preference\u{0}{other_run}")
+            }
+            other => format!("{run_id}\u{0}{}", other.kind()),
+        }
+    }
+}
+
 /// Why an outcome was not credited.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OutcomeError {
     /// The run id is unknown or expired.
     #[error("unknown run id {0:?}: it never existed here or its outcome window expired")]
     UnknownRun(String),
+    /// An outcome of this kind was already credited to the run.
+    #[error("run {0:?} already has a {1} outcome; each run takes one outcome of each kind")]
+    AlreadyCredited(String, &'static str),
 }
