@@ -341,12 +341,12 @@ impl StateStore {
         self.answers.flight(exact)
     }
 
-    /// Credits an outcome to the run `id`; returns the run it was credited to.
     /// True when an outcome like `outcome` was already credited to run `id`.
     pub fn credited(&self, id: &str, outcome: &Outcome) -> bool {
         self.credited.contains_key(&outcome.credit_key(id))
     }
 
+    /// Credits an outcome to the run `id`; returns the run it was credited to.
     pub async fn apply(&self, id: &str, outcome: &Outcome) -> Result<Run, OutcomeError> {
         let run = self
             .find_run(id)
