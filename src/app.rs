@@ -14,6 +14,7 @@ use crate::state::StateStore;
 use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -33,6 +34,28 @@ pub struct ServeOptions {
     pub admin_listen: Option<String>,
     /// How often the configuration file is checked for changes.
     pub reload_interval: Duration,
+    /// How a stop drains.
+    pub drain: Drain,
+}
+
+/// How a stop drains: `/ready` turns false at once, new streams are still served for `grace`
+/// (while Envoy and Kubernetes take the replica out of rotation), then listeners stop accepting
+/// and open streams, record writes and Redis writes get until `limit` to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drain {
+    /// Serving on after `/ready` turned false.
+    pub grace: Duration,
+    /// The most the rest of the stop may take.
+    pub limit: Duration,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(2),
+            limit: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Why the sidecar could not start.
@@ -70,17 +93,31 @@ pub struct Running {
     /// The token this process signs loopers' sub-requests with (in-process checks of the
     /// sub-request guard; never logged or served).
     pub internal_token: String,
+    /// Set once a stop has begun (`/ready` answers 503).
+    pub draining: Arc<AtomicBool>,
+    drain: Drain,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Running {
-    /// Stops accepting, lets open streams finish, and waits for every task.
-    pub async fn shutdown(self) {
+    /// Drains (see [`Drain`]): `/ready` false, serving on for the grace period, then stops
+    /// accepting and waits for open streams and every task, at most the drain limit. True when
+    /// everything finished in time.
+    pub async fn shutdown(self) -> bool {
+        self.draining.store(true, Ordering::SeqCst);
+        tokio::time::sleep(self.drain.grace).await;
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        let finished = tokio::time::timeout(self.drain.limit, async {
+            for task in self.tasks {
+                let _ = task.await;
+            }
+        })
+        .await;
+        if finished.is_err() {
+            tracing::warn!(limit = ?self.drain.limit, "drain limit reached; stopping with work open");
         }
+        finished.is_ok()
     }
 }
 
@@ -189,6 +226,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let admin_addr = admin_listener
         .local_addr()
         .map_err(|e| AppError::Bind(admin_listen.to_string(), e))?;
+    let draining = Arc::new(AtomicBool::new(false));
     let routes = admin::router(AdminState {
         store: store.clone(),
         metrics: metrics.clone(),
@@ -196,6 +234,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         lock,
         records: records_for_admin,
         outcomes_auth: admin::OutcomesAuth::from_env(admin_addr.ip().is_loopback()),
+        draining: draining.clone(),
     });
     let signal = wait_for(stopped.clone());
     tasks.push(tokio::spawn(async move {
@@ -222,6 +261,8 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         metrics,
         state,
         internal_token,
+        draining,
+        drain: options.drain,
         stop,
         tasks,
     })

@@ -128,25 +128,43 @@ fn serve_refuses_an_invalid_config_and_stops_cleanly_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let get = |path: &str| -> Option<String> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", admin)).ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut reply).ok()?;
+        Some(reply)
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     let live = loop {
-        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", admin)) {
-            stream
-                .write_all(b"GET /live HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-                .unwrap();
-            let mut reply = String::new();
-            std::io::Read::read_to_string(&mut stream, &mut reply).unwrap();
+        if let Some(reply) = get("/live") {
             break reply;
         }
         assert!(Instant::now() < deadline, "admin never listened");
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+    let ready = get("/ready").unwrap();
+    assert!(
+        ready.starts_with("HTTP/1.1 200") && ready.contains("\"draining\":false"),
+        "{ready}"
+    );
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
+    // Draining: not ready, still serving, for the grace period (2 s by default).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let draining = loop {
+        let reply = get("/ready").unwrap_or_default();
+        if reply.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(draining.contains("\"draining\":true"), "{draining}");
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

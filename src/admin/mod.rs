@@ -31,6 +31,8 @@ pub struct AdminState {
     pub records: Option<crate::records::RecordSink>,
     /// Who may post outcomes.
     pub outcomes_auth: OutcomesAuth,
+    /// Set once the process is stopping: `/ready` answers 503.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The environment variable holding the bearer token `POST /v1/outcomes` requires.
@@ -80,15 +82,32 @@ async fn live() -> &'static str {
     "ok\n"
 }
 
-/// Ready once a snapshot is loaded; `serve` refuses to start without one, so a running
-/// process with an admin listener is ready. Later model health checks join here.
+/// Ready while a snapshot is loaded (`serve` refuses to start without one), every model worker
+/// it uses is running and no stop has begun; 503 saying which otherwise.
 async fn ready(State(state): State<AdminState>) -> impl IntoResponse {
     let snapshot = state.store.snapshot();
+    let stopped: Vec<&str> = [
+        ("encoder", snapshot.encoder.as_ref().map(|e| e.stats())),
+        ("ner", snapshot.ner.as_ref().map(|n| n.stats())),
+    ]
+    .into_iter()
+    .filter(|(_, stats)| stats.is_some_and(|s| s.stopped.load(Ordering::SeqCst)))
+    .map(|(name, _)| name)
+    .collect();
+    let draining = state.draining.load(Ordering::SeqCst);
+    let ready = stopped.is_empty() && !draining;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (
-        StatusCode::OK,
+        status,
         [(header::CONTENT_TYPE, "application/json")],
         json!({
-            "ready": true,
+            "ready": ready,
+            "draining": draining,
+            "stopped_models": stopped,
             "config_version": snapshot.version,
             "encoder": snapshot.encoder.as_ref().map(|e| e.describe()),
             "ner": snapshot.ner.as_ref().map(|n| n.describe()),

@@ -49,6 +49,12 @@ enum Command {
         /// Log as JSON lines instead of text.
         #[arg(long)]
         log_json: bool,
+        /// On SIGTERM, seconds to keep serving after `/ready` turns false.
+        #[arg(long, default_value_t = 2)]
+        drain_grace_seconds: u64,
+        /// On SIGTERM, the most seconds open streams and writes get to finish after that.
+        #[arg(long, default_value_t = 30)]
+        drain_limit_seconds: u64,
     },
     /// Validate a configuration exactly as `serve` would; print every error.
     CheckConfig {
@@ -130,6 +136,8 @@ pub fn main() -> ExitCode {
             admin_listen,
             reload_interval_ms,
             log_json,
+            drain_grace_seconds,
+            drain_limit_seconds,
         } => {
             crate::observability::logging::init(log_json);
             serve(ServeOptions {
@@ -138,6 +146,10 @@ pub fn main() -> ExitCode {
                 grpc_listen,
                 admin_listen,
                 reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
+                drain: app::Drain {
+                    grace: Duration::from_secs(drain_grace_seconds),
+                    limit: Duration::from_secs(drain_limit_seconds),
+                },
             })
         }
         Command::CheckConfig { path, previous } => check_config(&path, previous.as_deref()),
@@ -193,8 +205,10 @@ fn serve(options: ServeOptions) -> ExitCode {
             }
         };
         shutdown_signal().await;
-        tracing::info!("shutting down");
-        running.shutdown().await;
+        tracing::info!("draining");
+        if running.shutdown().await {
+            tracing::info!("stopped");
+        }
         ExitCode::SUCCESS
     })
 }

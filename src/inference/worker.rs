@@ -34,6 +34,22 @@ pub struct EncoderStats {
     pub overloaded: AtomicU64,
     /// Calls answered from the cache.
     pub cache_hits: AtomicU64,
+    /// Set when the worker thread has ended (a panic in the model included): every call then
+    /// fails, and `/ready` says so.
+    pub stopped: std::sync::atomic::AtomicBool,
+}
+
+/// Marks the worker stopped when its thread ends, however it ends.
+struct StopMark(Arc<EncoderStats>);
+
+impl Drop for StopMark {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+        // The normal end is the last handle going away; a panic is not.
+        if std::thread::panicking() {
+            tracing::error!("a model worker thread panicked; its calls fail until restart");
+        }
+    }
 }
 
 /// A model the worker can batch: texts in, one output per text.
@@ -147,6 +163,7 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             .name(name.to_owned())
             .spawn(move || match load() {
                 Ok(mut model) => {
+                    let _stop = StopMark(worker_stats.clone());
                     let _ = ready_tx.send(Ok(model.describe()));
                     drop(ready_tx);
                     serve(&mut model, &queue, settings, &worker_stats);
@@ -282,5 +299,50 @@ fn answer<O>(reply: ReplyTo<O>, result: Answer<O>) {
         ReplyTo::Blocking(tx) => {
             let _ = tx.send(result);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Panics on the text "boom", echoes the length of any other.
+    struct Fragile;
+
+    impl Batched for Fragile {
+        type Output = usize;
+
+        fn run(&mut self, texts: &[&str]) -> Result<Vec<usize>, InferenceError> {
+            assert!(!texts.contains(&"boom"), "the model broke");
+            Ok(texts.iter().map(|t| t.len()).collect())
+        }
+
+        fn describe(&self) -> String {
+            "fragile".to_owned()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_model_panics_is_marked_stopped_and_calls_fail() {
+        let settings = BatchSettings {
+            max_batch: 4,
+            max_wait: Duration::from_millis(1),
+            queue: 8,
+            cache_entries: 16,
+        };
+        let handle = ModelHandle::start("fragile", settings, || Ok(Fragile))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(handle.call("four").await.map(|n| *n), Ok(4));
+        assert!(!handle.stats().stopped.load(Ordering::SeqCst));
+        assert!(handle.call("boom").await.is_err());
+        // The mark is set as the thread finishes unwinding.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !handle.stats().stopped.load(Ordering::SeqCst) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(handle.stats().stopped.load(Ordering::SeqCst));
+        // Cached answers still come back; anything new fails instead of hanging.
+        assert_eq!(handle.call("four").await.map(|n| *n), Ok(4));
+        assert_eq!(handle.call("other").await, Err(InferenceError::Closed));
     }
 }

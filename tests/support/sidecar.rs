@@ -57,6 +57,10 @@ impl Sidecar {
             grpc_listen: Some(listen.to_owned()),
             admin_listen: Some("127.0.0.1:0".to_owned()),
             reload_interval: Duration::from_millis(50),
+            drain: app::Drain {
+                grace: Duration::ZERO,
+                limit: Duration::from_secs(10),
+            },
         })
         .await
         .unwrap();

@@ -54,4 +54,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --admin-listen
 - {{ printf "0.0.0.0:%d" (int .Values.adminPort) }}
 - --log-json
+- --drain-grace-seconds
+- {{ int .Values.drain.graceSeconds | quote }}
+- --drain-limit-seconds
+- {{ int .Values.drain.limitSeconds | quote }}
 {{- end -}}
