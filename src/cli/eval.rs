@@ -150,6 +150,15 @@ pub fn run(args: EvalArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
+    if items
+        .iter()
+        .any(|i| i.kind == crate::eval::suite::Kind::Humaneval)
+    {
+        eprintln!(
+            "mom-router eval: code runs in a sandbox: {}",
+            crate::eval::grade::isolation()
+        );
+    }
     let total = (items.len() * options.targets().len()) as u64;
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
