@@ -120,25 +120,7 @@ proptest! {
 }
 
 /// A rule-only policy with every signal that needs no model.
-const POLICY: &str = r#"
-models:
-  - { name: small, providerModel: s }
-  - { name: coder, providerModel: c }
-identities:
-  - { name: mom/auto, defaultModel: small }
-signals:
-  - { name: code, type: keyword, keywords: [python, function], patterns: ['def \w+\(', '\d+\s*[-+*/]\s*\d+'] }
-  - { name: long, type: context_length, minTokens: 500 }
-  - { name: turns, type: conversation, minTurns: 3 }
-  - { name: personal, type: pii }
-  - { name: attack, type: jailbreak }
-  - { name: lang, type: language, languages: [fra, deu] }
-decisions:
-  - { name: personal, priority: 50, rules: { signal: personal }, modelRefs: [{ model: small }] }
-  - { name: attack, priority: 60, rules: { signal: attack }, modelRefs: [{ model: small }] }
-  - { name: code, priority: 20, rules: { any: [{ signal: code }, { signal: long }, { signal: lang }] }, modelRefs: [{ model: coder }] }
-  - { name: chat, priority: 10, rules: { signal: turns }, modelRefs: [{ model: small }] }
-"#;
+const POLICY: &str = include_str!("fixtures/rule-signals.yaml");
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]

@@ -10,25 +10,7 @@ use mom_router::llm::Headers;
 use std::sync::OnceLock;
 
 /// A rule-only policy with every kind of signal that needs no model.
-const POLICY: &str = r#"
-models:
-  - { name: small, providerModel: s, capabilities: [chat] }
-  - { name: coder, providerModel: c, capabilities: [code] }
-identities:
-  - { name: mom/auto, defaultModel: small }
-signals:
-  - { name: code, type: keyword, keywords: [python, function, "```"], patterns: ['def \w+\(', '\d+\s*[-+*/]\s*\d+'] }
-  - { name: long, type: context_length, minTokens: 500 }
-  - { name: turns, type: conversation, minTurns: 3 }
-  - { name: personal, type: pii }
-  - { name: attack, type: jailbreak }
-  - { name: lang, type: language, languages: [fra, deu] }
-decisions:
-  - { name: personal, priority: 50, rules: { signal: personal }, modelRefs: [{ model: small }] }
-  - { name: attack, priority: 60, rules: { signal: attack }, modelRefs: [{ model: small }] }
-  - { name: code, priority: 20, rules: { any: [{ signal: code }, { signal: long }] }, modelRefs: [{ model: coder }] }
-  - { name: chat, priority: 10, rules: { all: [{ signal: turns }, { not: { signal: lang } }] }, modelRefs: [{ model: small }, { model: coder }], algorithm: { type: static } }
-"#;
+const POLICY: &str = include_str!("../../tests/fixtures/rule-signals.yaml");
 
 fn fixture() -> &'static (Snapshot, Services, tokio::runtime::Runtime) {
     static FIXTURE: OnceLock<(Snapshot, Services, tokio::runtime::Runtime)> = OnceLock::new();
