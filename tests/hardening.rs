@@ -71,6 +71,8 @@ async fn with_ext_proc_failing_open_a_client_still_cannot_pick_its_backend() {
     // The public listener dropped the header before routing: no model, no backend.
     assert_eq!(response.status(), 503);
     let error: Value = response.json().await.unwrap();
-    assert_eq!(error["error"]["code"], "no_model_selected");
+    assert!(error["error"]["message"].is_string(), "{error}");
     assert_eq!(stack.requests_seen(), 0);
+    let log = stack.envoy.access_log_line("spoof-open").await;
+    assert_eq!(log["upstream_cluster"], Value::Null, "{log}");
 }

@@ -195,9 +195,15 @@ fn common(documents: &[Value], fullname: &str) {
             "0.0.0.0:50051",
             "--admin-listen",
             "0.0.0.0:9190",
-            "--log-json"
+            "--log-json",
+            "--drain-grace-seconds",
+            "5",
+            "--drain-limit-seconds",
+            "30"
         ]
     );
+    // The pod outlives the drain: grace plus limit plus 5 s.
+    assert_eq!(pod["terminationGracePeriodSeconds"], 40);
     let service = find(documents, "Service", fullname);
     let ports: Vec<&str> = service["spec"]["ports"]
         .as_sequence()
@@ -280,9 +286,22 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
         .collect();
     assert_eq!(matched, ["small", "coder"]);
     assert_eq!(routes[2]["direct_response"]["status"], 503);
-    let ext_proc = &parsed["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-        ["typed_config"]["http_filters"][1]["typed_config"];
+    let manager = &parsed["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"];
+    let ext_proc = &manager["http_filters"][0]["typed_config"];
     assert_eq!(ext_proc["failure_mode_allow"], false);
+    // Routing and internal headers go before a route is picked.
+    let removed: Vec<&str> = manager["early_header_mutation_extensions"][0]["typed_config"]
+        ["mutations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["remove"].as_str())
+        .collect();
+    assert_eq!(
+        removed,
+        ["x-selected-model", "x-mom-internal-token", "x-mom-depth"]
+    );
     assert_eq!(ext_proc["processing_mode"]["request_body_mode"], "BUFFERED");
 
     let monitor = find(&documents, "ServiceMonitor", "mom-router");

@@ -138,7 +138,15 @@ impl Stack {
                 )
             }
             Mode::Down(edits) => {
-                ports.insert(envoy::SIDECAR, free_port());
+                // The sidecar's port stays ours for the test (no other test's sidecar can take
+                // it) and refuses every ext_proc stream: connections are closed at once.
+                let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                ports.insert(envoy::SIDECAR, dead.local_addr().unwrap().port());
+                servers.push(tokio::spawn(async move {
+                    while let Ok((socket, _)) = dead.accept().await {
+                        drop(socket);
+                    }
+                }));
                 (None, Envoy::start_edited(ports, edits).await)
             }
         };
