@@ -69,7 +69,14 @@ pub async fn enforce(
     let repaired = reply_text(&reply.body).to_owned();
     match contract.check(&repaired) {
         Ok(()) => {
-            body["choices"][0]["message"]["content"] = json!(repaired);
+            // The repaired text in the answer's place; an answer without one (any JSON an
+            // upstream sent) gives way to the repair call's whole reply.
+            match body.pointer_mut("/choices/0/message") {
+                Some(Value::Object(message)) => {
+                    message.insert("content".to_owned(), json!(repaired));
+                }
+                _ => body = reply.body.clone(),
+            }
             Enforced {
                 body,
                 outcome: "repaired",

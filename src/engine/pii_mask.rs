@@ -33,8 +33,8 @@ impl Masker {
         let Some(Value::Array(messages)) = object.get_mut("messages") else {
             return masker;
         };
-        for message in messages {
-            match &mut message["content"] {
+        for message in messages.iter_mut().filter_map(Value::as_object_mut) {
+            match message.get_mut("content").unwrap_or(&mut Value::Null) {
                 Value::String(text) => *text = masker.mask_text(text, &masks),
                 Value::Array(parts) => {
                     for part in parts {
@@ -47,10 +47,8 @@ impl Masker {
             }
             // Arguments the model passed to tools earlier in the conversation (JSON text; a
             // placeholder keeps it valid JSON).
-            for call in message["tool_calls"].as_array_mut().into_iter().flatten() {
-                if let Some(Value::String(arguments)) = call["function"].get_mut("arguments") {
-                    *arguments = masker.mask_text(arguments, &masks);
-                }
+            for arguments in tool_arguments(message) {
+                *arguments = masker.mask_text(arguments, &masks);
             }
         }
         masker
@@ -131,15 +129,15 @@ impl Masker {
 
     /// Restores every choice's message content and tool-call arguments of a chat completion.
     pub fn restore_reply(&self, body: &mut Value) {
-        for choice in body["choices"].as_array_mut().into_iter().flatten() {
-            let message = &mut choice["message"];
-            if let Some(text) = message["content"].as_str() {
-                message["content"] = json!(self.restore(text));
+        for choice in choices(body) {
+            let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            if let Some(Value::String(text)) = message.get_mut("content") {
+                *text = self.restore(text);
             }
-            for call in message["tool_calls"].as_array_mut().into_iter().flatten() {
-                if let Some(arguments) = call["function"]["arguments"].as_str() {
-                    call["function"]["arguments"] = json!(self.restore(arguments));
-                }
+            for arguments in tool_arguments(message) {
+                *arguments = self.restore(arguments);
             }
         }
     }
@@ -311,30 +309,37 @@ impl SseRestorer {
             out.extend_from_slice(line);
             return;
         };
-        for (i, choice) in chunk["choices"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let index = choice["index"]
-                .as_u64()
+        for (i, choice) in choices(&mut chunk).enumerate() {
+            let index = choice
+                .get("index")
+                .and_then(Value::as_u64)
                 .map_or(i, |n| usize::try_from(n).unwrap_or(usize::MAX));
-            if let Some(text) = choice["delta"]["content"].as_str() {
-                let restored = follow(&mut self.choices, index, &self.masker, text);
-                choice["delta"]["content"] = json!(restored);
+            let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            if let Some(Value::String(text)) = delta.get_mut("content") {
+                *text = follow(&mut self.choices, index, &self.masker, text);
             }
-            let calls = choice["delta"]["tool_calls"].as_array_mut();
+            let calls = delta.get_mut("tool_calls").and_then(Value::as_array_mut);
             for (j, call) in calls.into_iter().flatten().enumerate() {
-                let Some(arguments) = call["function"]["arguments"].as_str() else {
-                    continue;
-                };
-                let key = (index, call["index"].as_u64().unwrap_or(j as u64));
-                let restored = follow(&mut self.calls, key, &self.masker, arguments);
-                call["function"]["arguments"] = json!(restored);
+                let key = (
+                    index,
+                    call.get("index")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(j as u64),
+                );
+                let arguments = call
+                    .get_mut("function")
+                    .and_then(|f| f.get_mut("arguments"));
+                if let Some(Value::String(arguments)) = arguments {
+                    *arguments = follow(&mut self.calls, key, &self.masker, arguments);
+                }
             }
         }
-        self.template = Some(chunk.clone());
+        // Only a chunk object can be the shape of the chunk that carries held text.
+        if chunk.is_object() {
+            self.template = Some(chunk.clone());
+        }
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(chunk.to_string().as_bytes());
         out.push(b'\n');
@@ -368,6 +373,30 @@ impl SseRestorer {
         }
         out
     }
+}
+
+/// The choice objects of a chat completion or chunk of any shape (none when it is not one).
+fn choices(body: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
+    body.get_mut("choices")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
+/// The `function.arguments` texts of a message's tool calls, whatever else it holds.
+fn tool_arguments(message: &mut Map<String, Value>) -> impl Iterator<Item = &mut String> {
+    message
+        .get_mut("tool_calls")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(
+            |call| match call.get_mut("function")?.get_mut("arguments")? {
+                Value::String(arguments) => Some(arguments),
+                _ => None,
+            },
+        )
 }
 
 /// `text` restored through the restorer followed for `key`, started on first sight while fewer
@@ -594,5 +623,29 @@ mod tests {
         }
         passed += sse.finish().len();
         assert_eq!(passed, piece.len() * (MAX_SSE_LINE / piece.len() + 2));
+    }
+
+    #[test]
+    fn replies_and_chunks_of_any_json_shape_pass_without_a_panic() {
+        // Found by the `sse` fuzz target: a reply body `0` made restoring index into a number.
+        let (_, masker) = masked("mail jane.doe@example.com");
+        let masker = Arc::new(masker);
+        for body in [
+            &b"0"[..],
+            b"[]",
+            b"\"text\"",
+            b"{\"choices\": 5}",
+            b"{\"choices\": [1, {\"message\": 2}, {\"message\": {\"content\": 3, \"tool_calls\": [7, {\"function\": 1}]}}]}",
+            b"data: 5\n\ndata: [1]\n\ndata: {\"choices\": [null, {\"delta\": 3}, {\"delta\": {\"content\": \"[EMAIL_1]\", \"tool_calls\": [1, {\"function\": []}]}}]}\n\ndata: [DONE]\n\n",
+        ] {
+            let restored = masker.restore_body(body);
+            assert!(!restored.is_empty() || body.is_empty());
+        }
+        let mut object = json!({"messages": [1, "x", {"content": 5}, {"content": "a@b.co", "tool_calls": [3, {"function": null}]}]});
+        let masker = Masker::mask(
+            object.as_object_mut().unwrap_or_else(|| unreachable!()),
+            |_| true,
+        );
+        assert_eq!(masker.label(), "[EMAIL_1]");
     }
 }

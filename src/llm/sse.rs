@@ -30,7 +30,9 @@ pub fn events(body: &Value) -> Vec<u8> {
                 .enumerate()
                 .map(|(i, call)| {
                     let mut call = call.clone();
-                    call["index"] = json!(i);
+                    if let Some(fields) = call.as_object_mut() {
+                        fields.insert("index".to_owned(), json!(i));
+                    }
                     call
                 })
                 .collect();
@@ -239,6 +241,18 @@ mod tests {
         assert_eq!(assemble(format!("{head}{finished}").as_bytes()), None);
         assert!(assemble(format!("{head}{finished}data: [DONE]\n\n").as_bytes()).is_some());
         assert_eq!(assemble(b"data: {not json\n\ndata: [DONE]\n\n"), None);
+    }
+
+    #[test]
+    fn a_completion_of_any_shape_becomes_events_without_a_panic() {
+        for body in [
+            json!(0),
+            json!({"choices": 3}),
+            json!({"choices": [1, {"message": 2}, {"message": {"tool_calls": [5, {"id": "t"}]}}]}),
+        ] {
+            let text = String::from_utf8(events(&body)).unwrap_or_default();
+            assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        }
     }
 
     #[test]
