@@ -49,15 +49,6 @@ pub struct Drain {
     pub limit: Duration,
 }
 
-impl Default for Drain {
-    fn default() -> Self {
-        Self {
-            grace: Duration::from_secs(2),
-            limit: Duration::from_secs(30),
-        }
-    }
-}
-
 /// Why the sidecar could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
