@@ -30,7 +30,8 @@ fn spec(backend: Backend) -> EncoderSpec {
 }
 
 fn cache(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
         .join(".cache")
         .join(path)
 }

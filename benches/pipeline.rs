@@ -38,8 +38,10 @@ fn message(request: Request) -> ProcessingRequest {
 }
 
 fn pipeline(c: &mut Criterion) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules/config.yaml");
-    let snapshot = Arc::new(config::load(std::path::Path::new(path)).expect("quickstart config"));
+    let root: std::path::PathBuf = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into);
+    let path = root.join("examples/rules/config.yaml");
+    let snapshot = Arc::new(config::load(&path).expect("rules config"));
     let headers = Headers::new([
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), "/v1/chat/completions".to_owned()),

@@ -16,12 +16,13 @@ use std::process::Command;
 use support::stack::Stack;
 
 /// Prices chosen so each FAKE call (5 prompt + 7 completion tokens) costs a round number:
-/// SmolLM2 (5·1000 + 7·2000)/1e6 = 0.019, the coder (5·3000 + 7·6000)/1e6 = 0.057.
+/// SmolLM2 (5·1000 + 7·2000)/1e6 = 0.019, the coder (5·3000 + 7·6000)/1e6 = 0.057. Declared
+/// power: 10 W and 40 W, so each answer's energy is that × its latency.
 const POLICY: &str = r#"
 version: eval-test
 models:
-  - {name: smollm2-135m, providerModel: smollm2-135m, pricing: {inputPerMillion: 1000, outputPerMillion: 2000}}
-  - {name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, pricing: {inputPerMillion: 3000, outputPerMillion: 6000}}
+  - {name: smollm2-135m, providerModel: smollm2-135m, powerWatts: 10, pricing: {inputPerMillion: 1000, outputPerMillion: 2000}}
+  - {name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, powerWatts: 40, pricing: {inputPerMillion: 3000, outputPerMillion: 6000}}
 identities:
   - name: mom/auto
     defaultModel: smollm2-135m
@@ -165,6 +166,26 @@ async fn the_scorecard_matches_a_hand_computation() {
         outcome("smollm2-135m", "add")
     );
 
+    // Energy: every answer is one forwarded call, so declared power × the client's wait.
+    for o in card["outcomes"].as_array().unwrap() {
+        let watts = if o["model"] == "smollm2-135m" {
+            10.0
+        } else {
+            40.0
+        };
+        let expected = watts * o["latency_ms"].as_f64().unwrap() / 1000.0;
+        let energy = o["energy_joules"].as_f64().unwrap();
+        assert!(energy > 0.0 && (energy - expected).abs() < 1e-9, "{o}");
+    }
+    let summed: f64 = card["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["target"] == "mom/auto")
+        .map(|o| o["energy_joules"].as_f64().unwrap())
+        .sum();
+    close(&auto["energy_joules"], summed);
+
     // Oracle: capital from SmolLM2 (0.019), prime and add from the coder (0.057 each).
     close(&card["oracle"]["quality"], 1.0);
     close(&card["oracle"]["cost"], 0.019 + 0.057 + 0.057);
@@ -179,6 +200,10 @@ async fn the_scorecard_matches_a_hand_computation() {
     close(&compared["gain_at_matched_compute"], 1.0 - 1.0 / 3.0);
 
     let markdown = std::fs::read_to_string(out.join("scorecard.md")).unwrap();
+    assert!(
+        markdown.contains("| cost | energy J | p50 ms |"),
+        "{markdown}"
+    );
     assert!(
         markdown.contains("| mom/auto | identity | 1.000 | 1.00 | 15 | 21 | 0.095000 |"),
         "{markdown}"

@@ -17,6 +17,7 @@ use mom_router::config::compile_str;
 use mom_router::engine;
 use mom_router::inference::{Dense, ModelHeads, RouterHead, PROBE_TEXT, ROUTER_FEATURES};
 use mom_router::llm::Headers;
+use mom_router::state::{Outcome, Run};
 use serde_json::Value;
 use std::path::Path;
 use support::stack::ask;
@@ -102,6 +103,15 @@ fn policy(dir: &Path, algorithms: &[&str]) -> String {
 async fn explain(config: &str, identity: &str, text: &str) -> Value {
     let snapshot = compile_str(config).unwrap();
     let state = engine::Services::offline(&snapshot);
+    explain_with(&snapshot, &state, identity, text).await
+}
+
+async fn explain_with(
+    snapshot: &mom_router::config::Snapshot,
+    state: &engine::Services,
+    identity: &str,
+    text: &str,
+) -> Value {
     let headers = Headers::new(vec![
         (":method".to_owned(), "POST".to_owned()),
         (":path".to_owned(), "/v1/chat/completions".to_owned()),
@@ -109,7 +119,7 @@ async fn explain(config: &str, identity: &str, text: &str) -> Value {
     let mut body = ask(text);
     body["model"] = Value::from(identity);
     let routed =
-        engine::on_request_body(&snapshot, &state, &headers, body.to_string().as_bytes()).await;
+        engine::on_request_body(snapshot, state, &headers, body.to_string().as_bytes()).await;
     explain_json(&routed)
 }
 
@@ -150,6 +160,61 @@ async fn learned_routes_to_the_largest_hand_computed_utility() {
     // Code: small 0.047 − 0.025 = 0.022 < the coder's 0.668.
     let code = explain(&config, "mom/i0", CODE).await;
     assert_eq!(code["model"], "qwen2.5-coder-0.5b", "{code:#}");
+}
+
+#[tokio::test]
+async fn reported_outcomes_move_the_learned_p_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&dir.path().join("router.safetensors"), &[])
+        .unwrap();
+    let config = policy(dir.path(), &["latencyWeight: 0.05"]);
+    let snapshot = compile_str(&config).unwrap();
+    let services = engine::Services::offline(&snapshot);
+    let before = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    assert_eq!(before["model"], "smollm2-135m", "{before:#}");
+    let credit = |model: &str, id: String, outcome: Outcome| {
+        services.state.remember_run(
+            id.clone(),
+            Run {
+                identity: "mom/i0".to_owned(),
+                decision: "d0".to_owned(),
+                model: model.to_owned(),
+            },
+        );
+        let state = services.state.clone();
+        async move { state.apply(&id, &outcome).await.unwrap() }
+    };
+    // Ten failed verifications of the small model: by hand (20 × 0.731) / 30 = 0.487, utility
+    // 0.462, below the coder's 0.668.
+    for i in 0..10 {
+        credit("smollm2-135m", format!("s{i}"), Outcome::Verified(false)).await;
+    }
+    let after = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    assert_eq!(after["model"], "qwen2.5-coder-0.5b", "{after:#}");
+    let small = after["scores"][0]["score"].as_f64().unwrap();
+    let expected = 20.0 * sigmoid(1.0) / 30.0 - 0.025;
+    assert!((small - expected).abs() < 1e-3, "{small} vs {expected}");
+    // Rewards for the coder are named in the reason.
+    for i in 0..3 {
+        credit("qwen2.5-coder-0.5b", format!("q{i}"), Outcome::Reward(1.0)).await;
+    }
+    let credited = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    let reason = credited["selection_reason"].as_str().unwrap();
+    assert!(
+        reason.ends_with("(head 0.82, moved by 3 outcomes at 1.00, worth at most 20)"),
+        "{reason}"
+    );
+    // A flood of failures moves P at most halfway: 0.731 / 2 − 0.025.
+    for i in 10..500 {
+        credit("smollm2-135m", format!("s{i}"), Outcome::Verified(false)).await;
+    }
+    let flooded = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    let small = flooded["scores"][0]["score"].as_f64().unwrap();
+    assert!(
+        (small - (sigmoid(1.0) / 2.0 - 0.025)).abs() < 1e-3,
+        "{small}"
+    );
 }
 
 #[tokio::test]

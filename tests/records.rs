@@ -22,7 +22,7 @@ version: records-test
 records: {{path: "{}", includePrompts: {prompts}}}
 models:
   - {{name: smollm2-135m, providerModel: SmolLM2-135M-Instruct}}
-  - {{name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct, powerWatts: 40}}
 identities:
   - name: mom/auto
     defaultModel: smollm2-135m
@@ -87,6 +87,13 @@ async fn every_request_leaves_a_record_linked_by_its_run_id() {
     assert_eq!(first["plugins"][0]["plugin"], "semantic_cache");
     assert_eq!(first["plugins"][0]["action"], "miss");
     assert!(first["ttftMs"].as_f64().unwrap() > 0.0, "{first}");
+    // The forwarded call's energy: 40 W × its total time.
+    let total = first["totalMs"].as_f64().unwrap();
+    let energy = first["energyJoules"].as_f64().unwrap();
+    assert!(
+        total > 0.0 && (energy - 40.0 * total / 1000.0).abs() < 1e-9,
+        "{first}"
+    );
     assert!(first["timeUnixMs"].as_u64().unwrap() > 1_700_000_000_000);
     // The prompt is kept because the policy asks for it, with the address redacted.
     assert_eq!(first["prompt"], "Write python to email [EMAIL]");
@@ -240,15 +247,15 @@ async fn a_recipe_records_each_call_with_its_tokens_and_cost() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.jsonl");
     // Each FAKE call reports 5 prompt and 7 completion tokens: 0.019 on SmolLM2, 0.057 on the
-    // coder at these prices.
+    // coder at these prices. Declared power 10 W and 40 W: a call's energy is that × latency.
     let policy = format!(
         r#"
 version: records-calls
 server: {{internalUrl: "http://127.0.0.1:10001"}}
 records: {{path: "{}"}}
 models:
-  - {{name: smollm2-135m, providerModel: smollm2-135m, pricing: {{inputPerMillion: 1000, outputPerMillion: 2000}}}}
-  - {{name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, pricing: {{inputPerMillion: 3000, outputPerMillion: 6000}}}}
+  - {{name: smollm2-135m, providerModel: smollm2-135m, powerWatts: 10, pricing: {{inputPerMillion: 1000, outputPerMillion: 2000}}}}
+  - {{name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b, powerWatts: 40, pricing: {{inputPerMillion: 3000, outputPerMillion: 6000}}}}
 identities:
   - {{name: mom/auto, defaultModel: smollm2-135m, decisions: [panel]}}
 signals:
@@ -269,7 +276,18 @@ decisions:
     let looper = &record["looper"];
     let calls = looper["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 2);
+    let mut energy = 0.0;
     for call in calls {
+        let watts = if call["model"] == "smollm2-135m" {
+            10.0
+        } else {
+            40.0
+        };
+        let joules = call["energyJoules"].as_f64().unwrap();
+        let latency = call["latencyMs"].as_f64().unwrap();
+        assert!(latency > 0.0, "{call}");
+        assert!((joules - watts * latency / 1000.0).abs() < 1e-9, "{call}");
+        energy += joules;
         assert_eq!(call["promptTokens"], 5);
         assert_eq!(call["completionTokens"], 7);
         let expected = if call["model"] == "smollm2-135m" {
@@ -288,4 +306,9 @@ decisions:
         (looper["cost"].as_f64().unwrap() - 0.076).abs() < 1e-12,
         "{looper}"
     );
+    // The recipe's energy is its calls', and the request's is the recipe's (it answered in hand).
+    assert!((looper["energyJoules"].as_f64().unwrap() - energy).abs() < 1e-9);
+    assert!((record["energyJoules"].as_f64().unwrap() - energy).abs() < 1e-9);
+    let usage = header(&response, "x-mom-looper-usage");
+    assert!(usage.contains(&format!("energy_j={energy:.3}")), "{usage}");
 }

@@ -138,6 +138,11 @@ pub fn run(args: EvalArgs) -> ExitCode {
             .iter()
             .filter_map(|m| m.pricing.map(|p| (m.name.clone(), p)))
             .collect(),
+        power_watts: snapshot
+            .models
+            .iter()
+            .filter_map(|m| m.power_watts.map(|w| (m.name.clone(), w)))
+            .collect(),
         max_tokens: args.max_tokens,
         timeout: Duration::from_secs(args.timeout_s.max(1)),
         concurrency: args.concurrency,

@@ -251,6 +251,9 @@ pub struct RawModel {
     /// Declared quality, 0..=1 (e.g. a benchmark pass rate), read by `cost_aware`,
     /// `quality_budget` and `hybrid`.
     pub quality: Option<f64>,
+    /// Power drawn by the device serving this model while it answers, in watts: each call's
+    /// energy is estimated as power × busy time, in run records and the scorecard.
+    pub power_watts: Option<f64>,
 }
 
 /// Price per million input and output tokens, in the operator's currency.

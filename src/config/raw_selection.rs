@@ -96,6 +96,10 @@ pub enum RawAlgorithm {
         min_correct: Option<f64>,
         /// A latency budget: models predicted slower are set aside.
         max_latency_ms: Option<f64>,
+        /// How many outcomes the head's prediction is worth when reported outcomes adjust it
+        /// (default 20; 0: outcomes never adjust it).
+        #[serde(default = "default_prior_outcomes")]
+        prior_outcomes: f64,
     },
 }
 
@@ -466,4 +470,8 @@ fn default_per_call_ms() -> u64 {
 
 fn default_total_ms() -> u64 {
     60_000
+}
+
+fn default_prior_outcomes() -> f64 {
+    20.0
 }

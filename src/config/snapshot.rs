@@ -63,6 +63,16 @@ pub struct Model {
     pub capabilities: Vec<String>,
     /// Declared quality, 0..=1, when known.
     pub quality: Option<f64>,
+    /// Declared power of the serving device while busy, in watts, when known.
+    pub power_watts: Option<f64>,
+}
+
+impl Model {
+    /// Estimated energy of a call that kept this model busy `busy_ms`, in joules (0 when the
+    /// model declares no power).
+    pub fn energy_joules(&self, busy_ms: f64) -> f64 {
+        self.power_watts.unwrap_or(0.0) * busy_ms.max(0.0) / 1000.0
+    }
 }
 
 /// What an identity optimises when no decision matches.
@@ -431,8 +441,9 @@ pub struct Snapshot {
     /// message timeout allows), when there is one: the body phase then first asks Envoy for that
     /// much time.
     pub looper_budget: Option<std::time::Duration>,
-    /// Whether some decision's algorithm reads response latency or token counts: forwarded
-    /// responses are then observed to their end.
+    /// Whether some decision's algorithm reads response latency or token counts, or records
+    /// estimate energy (records on, a model declaring `powerWatts`): forwarded responses are
+    /// then observed to their end.
     pub observe_responses: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
@@ -454,6 +465,11 @@ impl Snapshot {
     /// The index of the model called `name`.
     pub fn model_index(&self, name: &str) -> Option<usize> {
         self.model_index.get(name).copied()
+    }
+
+    /// The model called `name`.
+    pub fn model(&self, name: &str) -> Option<&Model> {
+        self.model_index(name).map(|index| &self.models[index])
     }
 
     /// Every name a client may put in `model`: identities first, then models.

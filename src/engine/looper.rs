@@ -38,6 +38,11 @@ pub struct LooperTrace {
     /// Prompt tokens, completion tokens and cost of each step's call (and its repair), in step
     /// order: the usage added since the step before.
     pub step_usage: Vec<(u64, u64, f64)>,
+    /// Estimated energy of its calls in joules: each model's declared power × the call's
+    /// latency (0 for models that declare none).
+    pub energy_joules: f64,
+    /// Time the recipe took, start to end, in milliseconds.
+    pub wall_ms: f64,
     pending: (u64, u64, f64),
 }
 
@@ -50,6 +55,8 @@ impl LooperTrace {
             usage: (0, 0),
             cost: 0.0,
             step_usage: Vec::new(),
+            energy_joules: 0.0,
+            wall_ms: 0.0,
             pending: (0, 0, 0.0),
         }
     }

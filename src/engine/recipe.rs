@@ -8,8 +8,34 @@ use crate::config::{Decision, Looper, Snapshot};
 use crate::llm::{ChatRequest, LlmClient};
 use crate::state::StateStore;
 
-/// Runs `looper` of `decision` for `request`.
+/// Runs `looper` of `decision` for `request`, and totals its calls' energy and its time.
 pub(super) async fn run(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    state: &StateStore,
+    decision: &Decision,
+    looper: &Looper,
+    request: ChatRequest,
+    trace: Trace,
+) -> Routed {
+    let started = std::time::Instant::now();
+    let mut routed = run_recipe(snapshot, client, state, decision, looper, request, trace).await;
+    if let Some(record) = routed.trace.looper.as_mut() {
+        record.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
+        record.energy_joules = record
+            .steps
+            .iter()
+            .map(|step| {
+                snapshot
+                    .model(&step.model)
+                    .map_or(0.0, |model| model.energy_joules(step.latency_ms))
+            })
+            .sum();
+    }
+    routed
+}
+
+async fn run_recipe(
     snapshot: &Snapshot,
     client: &LlmClient,
     state: &StateStore,

@@ -109,8 +109,12 @@ impl Trace {
             headers.push((
                 "x-mom-looper-usage",
                 format!(
-                    "prompt_tokens={},completion_tokens={},cost={:.8}",
-                    looper.usage.0, looper.usage.1, looper.cost
+                    "prompt_tokens={},completion_tokens={},cost={:.8},energy_j={:.3},wall_ms={:.1}",
+                    looper.usage.0,
+                    looper.usage.1,
+                    looper.cost,
+                    looper.energy_joules,
+                    looper.wall_ms
                 ),
             ));
             if self.fallback_used {

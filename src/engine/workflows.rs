@@ -535,6 +535,7 @@ mod tests {
             pricing: None,
             capabilities: Vec::new(),
             quality: None,
+            power_watts: None,
         }
     }
 

@@ -227,6 +227,7 @@ mod tests {
             prompt_tokens: 0,
             completion_tokens: 0,
             cost,
+            energy_joules: 0.0,
             latency_p50_ms: 0.0,
             latency_p99_ms: 0.0,
             latency_total_ms: latency_s * 1000.0,

@@ -2,8 +2,11 @@
 //! comparison, against each fixed model (a model name sent as `model` is forwarded to that model
 //! unchanged). Every answer is graded under its item's output contract; calls, tokens and cost
 //! come from the response (a recipe's own calls from `x-mom-looper-usage`, plus the forwarded
-//! call's usage from the body priced with the configuration's prices); latency is measured by the client. [`score`] turns the outcomes into
-//! the scorecard that [`report`] writes as JSON, Markdown and a PNG plot.
+//! call's usage from the body priced with the configuration's prices); latency is measured by
+//! the client, and energy estimated from the models' declared `powerWatts` × busy time (a
+//! recipe's calls as the sidecar reports them, the forwarded call as the client's wait after
+//! the recipe). [`score`] turns the outcomes into the scorecard that [`report`] writes as JSON,
+//! Markdown and a PNG plot.
 
 pub mod gate;
 pub mod grade;
@@ -30,6 +33,8 @@ pub struct Options {
     pub fixed: Vec<String>,
     /// Prices by logical model.
     pub pricing: HashMap<String, Pricing>,
+    /// Declared power while busy (watts) by logical model, for the energy estimate.
+    pub power_watts: HashMap<String, f64>,
     /// `max_tokens` of every request.
     pub max_tokens: u32,
     /// Longest wait for one answer.
@@ -141,6 +146,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     if outcome.model.is_empty() {
         outcome.model = target.to_owned();
     }
+    let mut looper_wall_ms = 0.0;
     if !looper_usage.is_empty() {
         // The calls a recipe made itself (tentative answers, panel members, judges).
         let field = |name: &str| {
@@ -153,6 +159,8 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         outcome.prompt_tokens = field("prompt_tokens").parse().unwrap_or(0);
         outcome.completion_tokens = field("completion_tokens").parse().unwrap_or(0);
         outcome.cost = field("cost").parse().unwrap_or(0.0);
+        outcome.energy_joules = field("energy_j").parse().unwrap_or(0.0);
+        looper_wall_ms = field("wall_ms").parse().unwrap_or(0.0);
         outcome.calls = looper_calls.parse().unwrap_or(0);
     }
     if forwarded && !cache_hit {
@@ -164,6 +172,12 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         outcome.cost += options.pricing.get(&outcome.model).map_or(0.0, |p| {
             (prompt as f64 * p.input_per_million + completion as f64 * p.output_per_million) / 1e6
         });
+        // Its busy time is the client's wait less the recipe's own time before it.
+        let busy_ms = (outcome.latency_ms - looper_wall_ms).max(0.0);
+        outcome.energy_joules += options
+            .power_watts
+            .get(&outcome.model)
+            .map_or(0.0, |watts| watts * busy_ms / 1000.0);
         outcome.calls += 1;
     }
     if !(200..300).contains(&outcome.status) {

@@ -89,11 +89,25 @@ pub fn markdown(card: &Scorecard, plotted: Option<&str>) -> String {
         card.url,
         card.max_tokens
     );
-    out.push_str("| target | kind | quality | calls/item | prompt tok | completion tok | cost | p50 ms | p99 ms | errors |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    // Energy is a column only when some model declared its power.
+    let energy = card.summaries.iter().any(|s| s.energy_joules > 0.0);
+    let (energy_head, energy_rule) = if energy {
+        (" energy J |", "---:|")
+    } else {
+        ("", "")
+    };
+    out.push_str(&format!("| target | kind | quality | calls/item | prompt tok | completion tok | cost |{energy_head} p50 ms | p99 ms | errors |\n"));
+    out.push_str(&format!(
+        "|---|---|---:|---:|---:|---:|---:|{energy_rule}---:|---:|---:|\n"
+    ));
     for s in &card.summaries {
+        let joules = if energy {
+            format!(" {:.1} |", s.energy_joules)
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "| {} | {} | {:.3} | {:.2} | {} | {} | {:.6} | {:.0} | {:.0} | {} |\n",
+            "| {} | {} | {:.3} | {:.2} | {} | {} | {:.6} |{joules} {:.0} | {:.0} | {} |\n",
             s.target,
             if s.fixed { "fixed" } else { "identity" },
             s.quality,
@@ -106,8 +120,9 @@ pub fn markdown(card: &Scorecard, plotted: Option<&str>) -> String {
             s.errors
         ));
     }
+    let energy_blank = if energy { " — |" } else { "" };
     out.push_str(&format!(
-        "| oracle (best fixed model per item) | — | {:.3} | — | — | — | {:.6} | — | — | — |\n\n",
+        "| oracle (best fixed model per item) | — | {:.3} | — | — | — | {:.6} |{energy_blank} — | — | — |\n\n",
         card.oracle.quality, card.oracle.cost
     ));
     for c in &card.comparisons {

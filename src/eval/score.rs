@@ -28,6 +28,8 @@ pub struct Outcome {
     pub completion_tokens: u64,
     /// Cost over all calls, from the configured prices.
     pub cost: f64,
+    /// Estimated energy over all calls (declared power × busy time), joules.
+    pub energy_joules: f64,
     /// The model that answered (`x-mom-model`).
     pub model: String,
     /// The decision that routed it (`x-mom-decision`).
@@ -63,6 +65,8 @@ pub struct Summary {
     pub completion_tokens: u64,
     /// Cost over the suite.
     pub cost: f64,
+    /// Estimated energy over the suite, joules (0 when no model declares `powerWatts`).
+    pub energy_joules: f64,
     /// Median latency (nearest rank), milliseconds.
     pub latency_p50_ms: f64,
     /// 99th-percentile latency (nearest rank), milliseconds.
@@ -108,6 +112,7 @@ pub fn summarise(target: &str, fixed: bool, outcomes: &[&Outcome]) -> Summary {
         prompt_tokens: outcomes.iter().map(|o| o.prompt_tokens).sum(),
         completion_tokens: outcomes.iter().map(|o| o.completion_tokens).sum(),
         cost: outcomes.iter().map(|o| o.cost).sum(),
+        energy_joules: outcomes.iter().map(|o| o.energy_joules).sum(),
         latency_p50_ms: percentile(&latencies, 50.0),
         latency_p99_ms: percentile(&latencies, 99.0),
         latency_total_ms: latencies.iter().sum(),
@@ -256,6 +261,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 5,
             cost,
+            energy_joules: latency_ms / 1000.0,
             model: target.to_owned(),
             decision: String::new(),
             steps: String::new(),
@@ -305,6 +311,8 @@ mod tests {
             outcome("mom/auto", "b", 1.0, 3.0, 33.0),
         ];
         let identity = summarise("mom/auto", false, &[&routed[0], &routed[1]]);
+        // Energy sums per outcome (here 1 W: 0.011 J + 0.033 J).
+        assert!((identity.energy_joules - 0.044).abs() < 1e-12);
         let fixed_summaries = vec![cheap.clone(), strong.clone()];
         let compared = compare(&identity, &fixed_summaries, &oracle);
         assert_eq!(compared.regret, 0.0);

@@ -275,8 +275,8 @@ impl StreamState {
                 trace.run_id = Some(run_id);
                 if self.records.is_some() {
                     self.record = Some(crate::records::from_trace(
+                        &self.snapshot,
                         &trace,
-                        self.snapshot.artifact.as_ref(),
                         now_ms(),
                         "upstream",
                     ));
@@ -328,12 +328,8 @@ impl StreamState {
                     trace.run_id = Some(run_id);
                 }
                 if self.records.is_some() && chat {
-                    let mut record = crate::records::from_trace(
-                        &trace,
-                        self.snapshot.artifact.as_ref(),
-                        now_ms(),
-                        "immediate",
-                    );
+                    let mut record =
+                        crate::records::from_trace(&self.snapshot, &trace, now_ms(), "immediate");
                     record.status = u32::from(reply.status);
                     self.record = Some(record);
                 }
@@ -489,6 +485,10 @@ impl StreamState {
         if let Some(record) = &mut self.record {
             record.ttft_ms = ttft_ms;
             record.total_ms = total_ms;
+            record.energy_joules += self
+                .snapshot
+                .model(&forwarded.model)
+                .map_or(0.0, |model| model.energy_joules(total_ms));
             record.prompt_tokens = usage.prompt_tokens;
             record.completion_tokens = usage.completion_tokens;
         }

@@ -24,7 +24,7 @@ pub mod pb {
 
 pub use pb::RunRecord;
 
-use crate::config::{Artifact, RecordSettings};
+use crate::config::{RecordSettings, Snapshot};
 use crate::engine::Trace;
 use crate::lock::LockSlot;
 use crate::state::StateStore;
@@ -126,8 +126,8 @@ impl RecordSink {
 /// The record of what `trace` says, decided at `time_unix_ms`; the response fields are filled
 /// as the response goes.
 pub fn from_trace(
+    snapshot: &Snapshot,
     trace: &Trace,
-    artifact: Option<&Artifact>,
     time_unix_ms: u64,
     response_path: &str,
 ) -> RunRecord {
@@ -148,13 +148,19 @@ pub fn from_trace(
                     prompt_tokens,
                     completion_tokens,
                     cost,
+                    energy_joules: snapshot
+                        .model(&step.model)
+                        .map_or(0.0, |model| model.energy_joules(step.latency_ms)),
                 }
             })
             .collect(),
         prompt_tokens: looper.usage.0,
         completion_tokens: looper.usage.1,
         cost: looper.cost,
+        energy_joules: looper.energy_joules,
     });
+    let energy_joules = looper.as_ref().map_or(0.0, |l| l.energy_joules);
+    let artifact = snapshot.artifact.as_ref();
     RunRecord {
         run_id: trace.run_id.clone().unwrap_or_default(),
         time_unix_ms,
@@ -218,6 +224,7 @@ pub fn from_trace(
             .unwrap_or_default(),
         lock_digest: String::new(),
         outcome: None,
+        energy_joules,
     }
 }
 

@@ -7,6 +7,12 @@
 //! 2. with `min_correct` (a quality floor): the fastest candidate whose predicted probability
 //!    reaches the floor, else — said plainly — the most probable;
 //! 3. otherwise the largest utility `P(correct) − latency_weight × predicted seconds`.
+//!
+//! Before choosing, outcomes reported for a candidate under this decision (rewards and
+//! verifications through `POST /v1/outcomes`) move its predicted P toward their observed rate:
+//! a Beta posterior whose prior is the head's P worth `prior_outcomes` outcomes. The evidence
+//! counted is capped at `prior_outcomes`, so outcomes can move P at most halfway to their rate:
+//! feedback corrects a head that drifted, and a flood of reports cannot replace it.
 
 use super::{argmax, Selection};
 
@@ -19,6 +25,24 @@ pub struct Allocation {
     pub min_correct: Option<f64>,
     /// A latency budget per request, in milliseconds of predicted latency.
     pub max_latency_ms: Option<f64>,
+    /// How many outcomes the head's prediction is worth (0: outcomes never adjust it).
+    pub prior_outcomes: f64,
+}
+
+/// Outcomes reported for one candidate under one decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Evidence {
+    /// Successes (a reward counts its value, a passed verification 1).
+    pub successes: f64,
+    /// Failures (a reward counts 1 − its value).
+    pub failures: f64,
+}
+
+impl Evidence {
+    /// How many outcomes, in all.
+    pub fn count(self) -> f64 {
+        self.successes + self.failures
+    }
 }
 
 /// One candidate's prediction.
@@ -40,6 +64,44 @@ impl From<crate::inference::Prediction> for Predicted {
 }
 
 impl Allocation {
+    /// `head`'s P(correct) moved toward `evidence`'s observed rate (latency unchanged), with
+    /// the evidence capped at [`Allocation::prior_outcomes`].
+    pub fn adjusted(&self, head: Predicted, evidence: Evidence) -> Predicted {
+        let count = evidence.count();
+        if self.prior_outcomes <= 0.0 || count <= 0.0 {
+            return head;
+        }
+        let scale = (self.prior_outcomes / count).min(1.0);
+        let correct = (self.prior_outcomes * head.correct + scale * evidence.successes)
+            / (self.prior_outcomes + scale * count);
+        Predicted { correct, ..head }
+    }
+
+    /// Picks among the head's predictions, each first adjusted by its candidate's outcomes
+    /// (`evidence` in the same order, or empty for none). The reason says when outcomes moved
+    /// the chosen candidate's P.
+    pub fn choose_with(&self, head: &[Predicted], evidence: &[Evidence]) -> Selection {
+        let adjusted: Vec<Predicted> = head
+            .iter()
+            .enumerate()
+            .map(|(i, p)| self.adjusted(*p, evidence.get(i).copied().unwrap_or_default()))
+            .collect();
+        let mut selection = self.choose(&adjusted);
+        let chosen = selection.chosen;
+        if let Some(e) = evidence.get(chosen).filter(|e| e.count() > 0.0) {
+            if self.prior_outcomes > 0.0 {
+                selection.reason.push_str(&format!(
+                    " (head {:.2}, moved by {:.0} outcomes at {:.2}, worth at most {:.0})",
+                    head[chosen].correct,
+                    e.count(),
+                    e.successes / e.count(),
+                    self.prior_outcomes
+                ));
+            }
+        }
+        selection
+    }
+
     /// The utility of one prediction.
     pub fn utility(&self, p: Predicted) -> f64 {
         p.correct - self.latency_weight * p.latency_ms / 1000.0
@@ -153,6 +215,7 @@ mod tests {
             latency_weight,
             min_correct: None,
             max_latency_ms: None,
+            prior_outcomes: 20.0,
         }
     }
 
@@ -202,5 +265,59 @@ mod tests {
         let none = budget(100.0).choose(&POOL);
         assert_eq!(none.chosen, 0);
         assert!(none.reason.starts_with("no model predicted within 100 ms"));
+    }
+
+    #[test]
+    fn outcomes_move_p_toward_their_rate_but_never_past_halfway() {
+        let head = POOL[2];
+        let alloc = at(0.0);
+        let none = alloc.adjusted(head, Evidence::default());
+        assert_eq!(none, head);
+        // 10 failures against a prior worth 20 at 0.9: (18 + 0) / 30 = 0.6.
+        let ten = Evidence {
+            successes: 0.0,
+            failures: 10.0,
+        };
+        assert!((alloc.adjusted(head, ten).correct - 0.6).abs() < 1e-9);
+        // A thousand failures are capped at 20: (18 + 0) / 40 = 0.45, halfway from 0.9 to 0.
+        let flood = Evidence {
+            successes: 0.0,
+            failures: 1_000.0,
+        };
+        assert!((alloc.adjusted(head, flood).correct - 0.45).abs() < 1e-9);
+        assert_eq!(alloc.adjusted(head, flood).latency_ms, head.latency_ms);
+        let off = Allocation {
+            prior_outcomes: 0.0,
+            ..alloc
+        };
+        assert_eq!(off.adjusted(head, flood), head);
+    }
+
+    #[test]
+    fn reported_failures_move_the_choice_and_the_reason_says_so() {
+        let alloc = at(0.0);
+        assert_eq!(alloc.choose_with(&POOL, &[]).chosen, 2);
+        let mut evidence = [Evidence::default(); 3];
+        evidence[2].failures = 20.0;
+        // Model 2: (18 + 0) / 40 = 0.45 < model 1's 0.70.
+        let moved = alloc.choose_with(&POOL, &evidence);
+        assert_eq!(moved.chosen, 1, "{}", moved.reason);
+        assert!(!moved.reason.contains("outcomes"), "{}", moved.reason);
+        evidence[1].successes = 5.0;
+        let credited = alloc.choose_with(&POOL, &evidence);
+        assert_eq!(credited.chosen, 1);
+        // (14 + 5) / 25 = 0.76.
+        assert!(
+            (credited.scores[1] - 0.76).abs() < 1e-9,
+            "{:?}",
+            credited.scores
+        );
+        assert!(
+            credited
+                .reason
+                .ends_with("(head 0.70, moved by 5 outcomes at 1.00, worth at most 20)"),
+            "{}",
+            credited.reason
+        );
     }
 }

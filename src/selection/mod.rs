@@ -9,7 +9,7 @@ mod learned;
 mod objective;
 mod semantic;
 
-pub use allocation::{Allocation, Predicted};
+pub use allocation::{Allocation, Evidence, Predicted};
 pub use learned::{elo_update, Beta, ELO_START};
 pub use semantic::{knn_votes, router_dc_similarities, KnnExemplar};
 
@@ -200,6 +200,16 @@ pub struct Observed {
     pub predicted: Option<Predicted>,
 }
 
+impl Observed {
+    /// The outcomes reported for this candidate: rewards and verifications together.
+    pub fn evidence(&self) -> Evidence {
+        Evidence {
+            successes: (self.reward.alpha - 1.0) + (self.verified.alpha - 1.0),
+            failures: (self.reward.beta - 1.0) + (self.verified.beta - 1.0),
+        }
+    }
+}
+
 impl Default for Observed {
     fn default() -> Self {
         Self {
@@ -268,7 +278,8 @@ pub fn select(
             let predicted: Option<Vec<Predicted>> = observed.iter().map(|o| o.predicted).collect();
             match predicted {
                 Some(predicted) if predicted.len() == candidates.len() => {
-                    allocation.choose(&predicted)
+                    let evidence: Vec<Evidence> = observed.iter().map(Observed::evidence).collect();
+                    allocation.choose_with(&predicted, &evidence)
                 }
                 _ => Selection {
                     chosen: 0,

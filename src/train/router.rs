@@ -191,6 +191,7 @@ pub fn frontier(
             latency_weight: weight,
             min_correct: None,
             max_latency_ms: None,
+            prior_outcomes: 0.0,
         };
         points.push(place(
             format!("learned λ={weight}"),
@@ -394,6 +395,7 @@ mod tests {
                 latency_weight: weight,
                 min_correct: None,
                 max_latency_ms: None,
+                prior_outcomes: 0.0,
             }
             .choose(p)
             .chosen

@@ -188,8 +188,16 @@ pub(super) fn compile_algorithm(
             latency_weight,
             min_correct,
             max_latency_ms,
+            prior_outcomes,
         } => {
             let mut ok = latency_weight.is_finite() && *latency_weight >= 0.0;
+            if !(prior_outcomes.is_finite() && *prior_outcomes >= 0.0) {
+                errors.push(
+                    format!("{path}.priorOutcomes"),
+                    format!("must be a number ≥ 0, got {prior_outcomes}"),
+                );
+                ok = false;
+            }
             if !ok {
                 errors.push(
                     format!("{path}.latencyWeight"),
@@ -211,6 +219,7 @@ pub(super) fn compile_algorithm(
                 latency_weight: *latency_weight,
                 min_correct: *min_correct,
                 max_latency_ms: *max_latency_ms,
+                prior_outcomes: *prior_outcomes,
             };
             (Algorithm::Learned(allocation), Reads::NOTHING, ok)
         }

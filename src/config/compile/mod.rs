@@ -207,16 +207,20 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         .filter_map(|d| d.looper.as_ref().map(crate::config::Looper::total))
         .chain(cache_waits)
         .max();
+    let models: Vec<Model> = models.into_iter().collect::<Option<_>>()?;
+    // A recorded energy estimate needs each forwarded call's total time.
+    let energy_recorded = records.is_some() && models.iter().any(|m| m.power_watts.is_some());
     Some(Snapshot {
         looper_budget,
         observe_responses: identities_observe
+            || energy_recorded
             || decisions.iter().any(|d| d.algorithm.observes_responses()),
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
         records,
         sessions,
-        models: models.into_iter().collect::<Option<_>>()?,
+        models,
         identities: identities.into_iter().map(|(_, i)| i).collect(),
         signals: signals.into_iter().collect::<Option<_>>()?,
         decisions,
@@ -399,6 +403,15 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
                 }
             }
         }
+        if let Some(watts) = model.power_watts {
+            if !watts.is_finite() || watts <= 0.0 {
+                errors.push(
+                    format!("{path}.powerWatts"),
+                    format!("must be a positive number of watts, got {watts}"),
+                );
+                ok = false;
+            }
+        }
         models.push(ok.then(|| Model {
             name: model.name.clone(),
             provider_model: model.provider_model.clone(),
@@ -410,6 +423,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             }),
             capabilities: model.capabilities.clone(),
             quality: model.quality,
+            power_watts: model.power_watts,
         }));
     }
     models
