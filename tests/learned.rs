@@ -217,6 +217,56 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
     );
 }
 
+#[test]
+fn replay_shows_which_models_a_retrained_head_would_change() {
+    let dir = tempfile::tempdir().unwrap();
+    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&dir.path().join("router.safetensors"), &[])
+        .unwrap();
+    let snapshot = compile_str(&policy(dir.path(), &["latencyWeight: 0.05"])).unwrap();
+    // Records as an older head served them: both to SmolLM2, one without its prompt.
+    let record = |id: &str, prompt: Option<&str>| {
+        let mut line = serde_json::json!({
+            "runId": id, "identity": "mom/i0", "decision": "d0", "model": "smollm2-135m",
+            "signals": [{"name": "anything", "kind": "context_length", "matched": true, "confidence": 1.0}],
+        });
+        if let Some(prompt) = prompt {
+            line["prompt"] = Value::from(prompt);
+        }
+        line.to_string()
+    };
+    let text = [
+        record("plain", Some(PLAIN)),
+        record("code", Some(CODE)),
+        record("blind", None),
+    ]
+    .join("\n");
+    let records = mom_router::records::replay::read(&text).unwrap();
+    let report = mom_router::records::replay::replay(&snapshot, &records);
+    assert_eq!(report.same, 3, "{report:?}");
+    assert_eq!(report.models_replayed, 2);
+    // By hand: on code the coder's utility 0.668 beats SmolLM2's 0.022.
+    assert_eq!(report.model_differences.len(), 1, "{report:?}");
+    let moved = &report.model_differences[0];
+    assert_eq!(moved.run_id, "code");
+    assert_eq!(
+        (moved.recorded.as_str(), moved.replayed.as_str()),
+        ("smollm2-135m", "qwen2.5-coder-0.5b")
+    );
+    assert!(
+        moved.reason.starts_with("largest utility 0.668"),
+        "{}",
+        moved.reason
+    );
+    assert_eq!(
+        report.models_skipped,
+        vec![(
+            "blind".to_owned(),
+            "no prompt recorded (records.includePrompts is off)".to_owned()
+        )]
+    );
+}
+
 #[tokio::test]
 async fn each_operating_point_moves_the_choice() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
-//! `mom-router bundle build|inspect|check|export|import`: the policy as a content-addressed
-//! artifact. `export` packs a verified bundle folder into one tar file (fixed order, times and
+//! `mom-router bundle build|inspect|check|export|import|promote`: the policy as a
+//! content-addressed artifact. `promote` releases a bundle only when the scorecard measured on
+//! it passes a gate, and writes the new bundle with that evidence inside its digest. `export` packs a verified bundle folder into one tar file (fixed order, times and
 //! modes, so the same bundle always exports to the same bytes); `import` unpacks one into a new
 //! folder and verifies every hash and the digest, removing what it wrote when they do not match.
 
@@ -62,6 +63,22 @@ enum BundleCommand {
         #[arg(short, long)]
         out: PathBuf,
     },
+    /// Release a bundle folder: check the scorecard `eval` measured on it (served from this
+    /// bundle) against a gate, and only when every criterion holds write a new bundle carrying
+    /// the scorecard, the gate and the verdicts as evidence. Exit 1 names the failed criterion.
+    Promote {
+        /// The candidate bundle folder.
+        bundle: PathBuf,
+        /// `scorecard.json` from `mom-router eval` run against this bundle.
+        #[arg(long)]
+        scorecard: PathBuf,
+        /// The gate file.
+        #[arg(long)]
+        gate: PathBuf,
+        /// The promoted bundle folder to create.
+        #[arg(short, long)]
+        out: PathBuf,
+    },
 }
 
 /// Archives larger than this, or with more entries, are refused.
@@ -89,6 +106,12 @@ pub fn run(args: BundleArgs) -> ExitCode {
                 manifest.files.len()
             )
         }),
+        BundleCommand::Promote {
+            bundle,
+            scorecard,
+            gate,
+            out,
+        } => return super::promote::run(&bundle, &scorecard, &gate, &out),
     };
     match outcome {
         Ok(text) => super::write_stdout(&text),
@@ -181,6 +204,9 @@ fn inspect(path: &Path, as_json: bool) -> Result<String, ConfigErrors> {
     }
     for asset in &manifest.assets {
         lines.push(format!("asset {} = {}", asset.role, asset.path));
+    }
+    for evidence in &manifest.evidence {
+        lines.push(format!("evidence {} = {}", evidence.role, evidence.path));
     }
     for (section, entries) in summary.as_object().into_iter().flatten() {
         let names: Vec<String> = entries

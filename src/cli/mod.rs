@@ -4,6 +4,7 @@
 
 mod bundle;
 mod eval;
+mod promote;
 mod replay;
 mod train;
 mod train_router;

@@ -1,7 +1,10 @@
 //! `mom-router replay RECORDS --bundle B [--binding F]` (or `--config C`): re-derives each
 //! recorded decision under a bundle or configuration and reports the requests that would route
-//! differently; under the bundle that served them there must be none. Exit status 0 when every
-//! replayed decision is the same, 1 when any differs, 2 when the inputs cannot be read.
+//! differently; under the bundle that served them there must be none. Where a `learned`
+//! decision kept its prompt, the model its router head picks now is compared too (a retrained
+//! head's effect). Exit status 0 when every replayed decision is the same, 1 when any differs,
+//! 2 when the inputs cannot be read; a model difference alone does not change it (outcomes and
+//! bounds also move the model, so it is a report, not a verdict).
 
 use crate::records::replay::{read, replay};
 use clap::Args;
@@ -66,11 +69,26 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
             .iter()
             .map(|(record, why)| serde_json::json!({"record": record, "why": why}))
             .collect();
+        let models: Vec<serde_json::Value> = report
+            .model_differences
+            .iter()
+            .map(|d| {
+                serde_json::json!({"run_id": d.run_id, "decision": d.decision,
+                    "recorded": d.recorded, "replayed": d.replayed, "reason": d.reason})
+            })
+            .collect();
+        let models_skipped: Vec<serde_json::Value> = report
+            .models_skipped
+            .iter()
+            .map(|(record, why)| serde_json::json!({"record": record, "why": why}))
+            .collect();
         let out = serde_json::json!({"config_version": snapshot.version, "records": records.len(),
             "bundle": if bundle.is_empty() { None } else { Some(&bundle) },
             "from_this_bundle": from_bundle,
             "replayed": report.replayed, "same": report.same,
-            "differences": differences, "skipped": skipped});
+            "differences": differences, "skipped": skipped,
+            "models_replayed": report.models_replayed, "model_differences": models,
+            "models_skipped": models_skipped});
         format!("{out:#}")
     } else {
         let mut lines: Vec<String> = report
@@ -89,6 +107,26 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
                 .iter()
                 .map(|(record, why)| format!("{record}: not replayed: {why}")),
         );
+        lines.extend(report.model_differences.iter().map(|d| {
+            format!(
+                "{} {}: model {} -> {} ({})",
+                d.run_id, d.decision, d.recorded, d.replayed, d.reason
+            )
+        }));
+        lines.extend(
+            report
+                .models_skipped
+                .iter()
+                .map(|(record, why)| format!("{record}: model not replayed: {why}")),
+        );
+        if report.models_replayed > 0 || !report.models_skipped.is_empty() {
+            lines.push(format!(
+                "learned models: {} replayed, {} different, {} not replayed",
+                report.models_replayed,
+                report.model_differences.len(),
+                report.models_skipped.len()
+            ));
+        }
         if !bundle.is_empty() {
             lines.push(format!(
                 "bundle {bundle}: {from_bundle} of {} records were served by it",

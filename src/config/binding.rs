@@ -180,6 +180,13 @@ pub fn compile_bound(
         .unwrap_or(&bundle.dir)
         .to_owned();
     let mut snapshot = super::compile_in(&text, &base)?;
+    // The version names the bundle too, so what answered (`x-mom-config-version`, scorecards)
+    // can be tied to the bundle that decided.
+    snapshot.version = format!(
+        "{}+bundle.{}",
+        snapshot.version,
+        bundle_tag(&bundle.manifest.digest)
+    );
     snapshot.artifact = Some(Artifact {
         bundle_digest: bundle.manifest.digest.clone(),
         binding_digest: binding.map(|b| b.digest).unwrap_or_default(),
@@ -197,4 +204,11 @@ pub fn compile_bound(
             .collect(),
     });
     Ok(snapshot)
+}
+
+/// The short form of a bundle digest that configuration versions carry: its first 12 hex
+/// digits.
+pub fn bundle_tag(digest: &str) -> &str {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    &hex[..12.min(hex.len())]
 }

@@ -36,6 +36,10 @@ pub struct Manifest {
     pub assets: Vec<AssetEntry>,
     /// Deployment sections the spec carried: what a binding is expected to supply.
     pub binds: Vec<String>,
+    /// The evidence a promoted bundle was released on (scorecard, gate, verdicts), each a
+    /// listed file, so the digest covers it. Empty for a bundle never promoted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<AssetEntry>,
 }
 
 /// One file and its hash.
@@ -101,19 +105,7 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
         return Err(ConfigErrors::one("", "the spec must be a YAML mapping"));
     };
     let base = spec.parent().unwrap_or(Path::new("."));
-    if out.exists()
-        && std::fs::read_dir(out)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(true)
-    {
-        return Err(ConfigErrors::one(
-            "",
-            format!(
-                "{} exists and is not empty; bundles are never overwritten",
-                out.display()
-            ),
-        ));
-    }
+    ensure_empty(out)?;
     let (mut policy, mut binding): (Mapping, Mapping) =
         document.into_iter().partition(|(key, _)| {
             !key.as_str()
@@ -162,6 +154,7 @@ pub fn build(spec: &Path, out: &Path) -> Result<Built, ConfigErrors> {
             .keys()
             .filter_map(|k| k.as_str().map(str::to_owned))
             .collect(),
+        evidence: Vec::new(),
     };
     let json = serde_json::to_string_pretty(&manifest)
         .map_err(|e| ConfigErrors::one("", format!("cannot write the manifest: {e}")))?;
@@ -222,6 +215,24 @@ fn anchor_paths(binding: &mut Mapping, base: &Path) {
     if let Some(records) = binding.get_mut("records") {
         anchor(records.get_mut("path"));
     }
+}
+
+/// Bundles are never overwritten: `out` must be absent or an empty folder.
+fn ensure_empty(out: &Path) -> Result<(), ConfigErrors> {
+    let occupied = out.exists()
+        && std::fs::read_dir(out)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true);
+    if occupied {
+        return Err(ConfigErrors::one(
+            "",
+            format!(
+                "{} exists and is not empty; bundles are never overwritten",
+                out.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `relative` inside the bundle folder `out`; returns its manifest entry.
@@ -299,7 +310,7 @@ pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
             "does not match the listed files (the manifest was modified)",
         ));
     }
-    for asset in &manifest.assets {
+    for asset in manifest.assets.iter().chain(&manifest.evidence) {
         if !manifest
             .files
             .iter()
@@ -332,6 +343,64 @@ pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
 }
 
 impl Bundle {
+    /// Writes this bundle, plus `evidence` (role, file name, bytes) under `evidence/`, into the
+    /// empty or absent folder `out`: a new bundle, whose digest covers the evidence too. The
+    /// policy and assets are copied unchanged; evidence the bundle already carried is replaced
+    /// by roles given again and kept otherwise.
+    pub fn with_evidence(
+        &self,
+        evidence: &[(&str, &str, Vec<u8>)],
+        out: &Path,
+    ) -> Result<Manifest, ConfigErrors> {
+        ensure_empty(out)?;
+        let replaced: Vec<&str> = evidence.iter().map(|(role, _, _)| *role).collect();
+        let kept_evidence: Vec<AssetEntry> = self
+            .manifest
+            .evidence
+            .iter()
+            .filter(|e| !replaced.contains(&e.role.as_str()))
+            .cloned()
+            .collect();
+        let mut files = Vec::new();
+        for file in &self.manifest.files {
+            let dropped = self
+                .manifest
+                .evidence
+                .iter()
+                .any(|e| e.path == file.path && !kept_evidence.contains(e));
+            if dropped {
+                continue;
+            }
+            let bytes = std::fs::read(self.dir.join(&file.path))
+                .map_err(|e| ConfigErrors::one(&file.path, format!("cannot read: {e}")))?;
+            files.push(write(out, &file.path, &bytes)?);
+        }
+        let mut entries = kept_evidence;
+        for (role, name, bytes) in evidence {
+            let path = format!("evidence/{name}");
+            let written = write(out, &path, bytes)?;
+            entries.push(AssetEntry {
+                role: (*role).to_owned(),
+                path,
+                sha256: written.sha256.clone(),
+            });
+            files.retain(|f| f.path != written.path);
+            files.push(written);
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        entries.sort_by(|a, b| a.role.cmp(&b.role));
+        let manifest = Manifest {
+            digest: digest_of(&files),
+            files,
+            evidence: entries,
+            ..self.manifest.clone()
+        };
+        let json = serde_json::to_string_pretty(&manifest)
+            .map_err(|e| ConfigErrors::one("", format!("cannot write the manifest: {e}")))?;
+        write(out, MANIFEST, format!("{json}\n").as_bytes())?;
+        Ok(manifest)
+    }
+
     /// The policy with every asset path made absolute, ready to merge with a binding.
     pub fn resolved_policy(&self) -> Mapping {
         let mut policy = self.policy.clone();

@@ -252,6 +252,7 @@ mod tests {
                 picks: Vec::new(),
             },
             comparisons: Vec::new(),
+            served_versions: Vec::new(),
             outcomes: Vec::new(),
         }
     }

@@ -131,6 +131,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     };
     outcome.model = header("x-mom-model");
     outcome.decision = header("x-mom-decision");
+    outcome.config_version = header("x-mom-config-version");
     outcome.steps = header("x-mom-looper-steps");
     let looper_usage = header("x-mom-looper-usage");
     let looper_calls = header("x-mom-looper-calls");

@@ -4,11 +4,11 @@
 
 use super::score::{self, Comparison, Oracle, Outcome, Summary};
 use super::Options;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Everything one run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Scorecard {
     /// The suite file and its item count by kind.
     pub suite: String,
@@ -26,6 +26,10 @@ pub struct Scorecard {
     pub oracle: Oracle,
     /// Each identity against the fixed models.
     pub comparisons: Vec<Comparison>,
+    /// Every configuration version that answered (`x-mom-config-version`), sorted: what was
+    /// measured, so a gate's verdict can be tied to a bundle.
+    #[serde(default)]
+    pub served_versions: Vec<String>,
     /// Every answer.
     pub outcomes: Vec<Outcome>,
 }
@@ -65,6 +69,13 @@ pub fn scorecard(
             None => kinds.push((item.kind.name().to_owned(), 1)),
         }
     }
+    let mut served_versions: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.config_version.is_empty())
+        .map(|o| o.config_version.clone())
+        .collect();
+    served_versions.sort();
+    served_versions.dedup();
     Scorecard {
         suite: suite.to_owned(),
         items: items.len(),
@@ -74,6 +85,7 @@ pub fn scorecard(
         summaries,
         oracle,
         comparisons,
+        served_versions,
         outcomes,
     }
 }

@@ -3,10 +3,11 @@
 //! regret against that oracle and its gain over the best fixed model, overall and at matched
 //! compute (the best fixed model that costs no more than the identity did).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One target's answer to one item.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Outcome {
     /// The `model` sent: an identity or a fixed model.
     pub target: String,
@@ -34,6 +35,9 @@ pub struct Outcome {
     pub model: String,
     /// The decision that routed it (`x-mom-decision`).
     pub decision: String,
+    /// The configuration that decided (`x-mom-config-version`; for a bundle it names the
+    /// bundle's digest).
+    pub config_version: String,
     /// A looper's steps (`x-mom-looper-steps`).
     pub steps: String,
     /// Why the (last) model stopped: `stop`, `length`, … (empty when unknown).
@@ -43,7 +47,7 @@ pub struct Outcome {
 }
 
 /// One target over the suite.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     /// The target.
     pub target: String,
@@ -66,6 +70,7 @@ pub struct Summary {
     /// Cost over the suite.
     pub cost: f64,
     /// Estimated energy over the suite, joules (0 when no model declares `powerWatts`).
+    #[serde(default)]
     pub energy_joules: f64,
     /// Median latency (nearest rank), milliseconds.
     pub latency_p50_ms: f64,
@@ -121,7 +126,7 @@ pub fn summarise(target: &str, fixed: bool, outcomes: &[&Outcome]) -> Summary {
 
 /// The per-item oracle over the fixed models: on each item the best score any fixed model
 /// reached, paid at the cheapest fixed model that reached it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Oracle {
     /// Mean of the per-item best scores.
     pub quality: f64,
@@ -159,7 +164,7 @@ pub fn oracle(items: &[String], fixed: &[Outcome]) -> Oracle {
 }
 
 /// A fixed model an identity is compared with.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Baseline {
     /// The fixed model.
     pub target: String,
@@ -170,7 +175,7 @@ pub struct Baseline {
 }
 
 /// An identity against the fixed models.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Comparison {
     /// The identity.
     pub identity: String,
@@ -264,6 +269,7 @@ mod tests {
             energy_joules: latency_ms / 1000.0,
             model: target.to_owned(),
             decision: String::new(),
+            config_version: String::new(),
             steps: String::new(),
             finish_reason: "stop".to_owned(),
             answer: String::new(),

@@ -2,13 +2,21 @@
 //! configuration — the one that served it (every decision must come out the same) or a new one
 //! (which requests would have routed differently). Projections are recomputed from their
 //! recorded inputs, so a changed projection shows; a signal the record lacks (added since)
-//! makes the record unreplayable, named as such rather than guessed. Model selection is not
-//! replayed: learned statistics, sessions and guards move it independently of policy.
+//! makes the record unreplayable, named as such rather than guessed.
+//!
+//! Model selection is replayed only where the policy alone decides it: a `learned` decision,
+//! on a record that kept its prompt (`records.includePrompts`). The prompt is embedded again
+//! and the configuration's router head predicts for every candidate, so a retrained head shows
+//! which requests it would send elsewhere. Reported outcomes, identity bounds and sessions are
+//! not replayed (they move with traffic, not with policy), and a redacted prompt is embedded as
+//! recorded, placeholders included.
 
 use super::RunRecord;
-use crate::config::{Fallback, Snapshot};
+use crate::config::{Decision, Fallback, Snapshot};
 use crate::decision::{self, Fact};
+use crate::inference::RouterHead;
 use crate::llm::{ChatRequest, Headers};
+use crate::selection::{Algorithm, Predicted};
 use crate::signals::{Input, Neural, SignalKind};
 
 /// A record whose decision comes out differently.
@@ -24,6 +32,21 @@ pub struct Difference {
     pub replayed: String,
 }
 
+/// A record whose `learned` decision would pick another model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelDifference {
+    /// The record's run id.
+    pub run_id: String,
+    /// The decision (the same recorded and replayed).
+    pub decision: String,
+    /// The model that served.
+    pub recorded: String,
+    /// The model the configuration's head picks now.
+    pub replayed: String,
+    /// Why, as the selection explains it.
+    pub reason: String,
+}
+
 /// What a replay found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
@@ -35,6 +58,12 @@ pub struct Report {
     pub differences: Vec<Difference>,
     /// Records that could not be replayed, with why (by run id or position).
     pub skipped: Vec<(String, String)>,
+    /// Records of a `learned` decision whose model choice was re-derived.
+    pub models_replayed: usize,
+    /// Those whose model comes out differently.
+    pub model_differences: Vec<ModelDifference>,
+    /// Records of a `learned` decision whose model could not be re-derived, with why.
+    pub models_skipped: Vec<(String, String)>,
 }
 
 /// Replays `records` under `snapshot`.
@@ -51,6 +80,9 @@ pub fn replay(snapshot: &Snapshot, records: &[RunRecord]) -> Report {
                 report.replayed += 1;
                 if replayed == record.decision {
                     report.same += 1;
+                    if let Some(decision) = snapshot.decisions.iter().find(|d| d.name == replayed) {
+                        replay_model(snapshot, decision, record, &name, &mut report);
+                    }
                 } else {
                     report.differences.push(Difference {
                         run_id: record.run_id.clone(),
@@ -64,6 +96,60 @@ pub fn replay(snapshot: &Snapshot, records: &[RunRecord]) -> Report {
         }
     }
     report
+}
+
+/// Re-derives the model of `record` when `decision` is `learned`: embeds the recorded prompt
+/// and lets the configuration's router head choose among the candidates.
+fn replay_model(
+    snapshot: &Snapshot,
+    decision: &Decision,
+    record: &RunRecord,
+    name: &str,
+    report: &mut Report,
+) {
+    let (Algorithm::Learned(allocation), Some(head)) =
+        (decision.algorithm, decision.vectors.router.as_ref())
+    else {
+        return;
+    };
+    let mut skip = |why: &str| {
+        report
+            .models_skipped
+            .push((name.to_owned(), why.to_owned()))
+    };
+    let Some(prompt) = record.prompt.as_deref() else {
+        return skip("no prompt recorded (records.includePrompts is off)");
+    };
+    let Some(encoder) = snapshot.encoder.as_ref() else {
+        return skip("the configuration has no encoder");
+    };
+    let embedding = match encoder.embed_blocking(&[prompt.to_owned()]) {
+        Ok(mut embeddings) if !embeddings.is_empty() => embeddings.swap_remove(0),
+        Ok(_) => return skip("the encoder returned nothing"),
+        Err(e) => return skip(&format!("the encoder failed: {e}")),
+    };
+    let input = RouterHead::input(&embedding, prompt.trim());
+    let predicted: Option<Vec<Predicted>> = decision
+        .vectors
+        .router_models
+        .iter()
+        .map(|&m| head.predict(m, &input).map(Predicted::from))
+        .collect();
+    let Some(predicted) = predicted.filter(|p| p.len() == decision.candidates.len()) else {
+        return skip("the router head does not cover the decision's models");
+    };
+    let selection = allocation.choose(&predicted);
+    let model = &snapshot.models[decision.candidates[selection.chosen].model].name;
+    report.models_replayed += 1;
+    if *model != record.model {
+        report.model_differences.push(ModelDifference {
+            run_id: record.run_id.clone(),
+            decision: decision.name.clone(),
+            recorded: record.model.clone(),
+            replayed: model.clone(),
+            reason: selection.reason,
+        });
+    }
 }
 
 /// The decision `snapshot` makes from `record`'s signals (`none`: the identity's default).
