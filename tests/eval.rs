@@ -315,3 +315,63 @@ fn unusable_inputs_are_refused_with_exit_2() {
     assert!(stderr.contains("unknown field `maxCompute`"), "{stderr}");
     assert!(!dir.path().join("out").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() {
+    let stack = Stack::start_with_config(POLICY).await;
+    stack.backends["smollm2-135m"].queue(&["Paris"]);
+    stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.yaml");
+    std::fs::write(&config, POLICY).unwrap();
+    let suite = dir.path().join("one.jsonl");
+    std::fs::write(&suite, SUITE.lines().next().unwrap()).unwrap();
+    let (out, traces) = (dir.path().join("card"), dir.path().join("traces.jsonl"));
+    let url = stack.envoy.public_url();
+    let (out_dir, traces_path) = (out.clone(), traces.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_mom-router"))
+            .args(["eval", "--stream", "--url", &url])
+            .arg("--suite")
+            .arg(&suite)
+            .arg("--config")
+            .arg(&config)
+            .arg("--out")
+            .arg(&out_dir)
+            .arg("--traces")
+            .arg(&traces_path)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Every request asked for a stream, and the backends answered with one.
+    for backend in stack.backends.values() {
+        for body in backend.bodies() {
+            assert_eq!(body["stream"], true, "{body}");
+        }
+    }
+    let traced =
+        mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap();
+    let rows = &traced.items[0].rows;
+    // The coder's streamed "in Lyon" is wrong, SmolLM2's "Paris" right: graded assembled.
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.model.as_str(), r.passed))
+            .collect::<Vec<_>>(),
+        [("qwen2.5-coder-0.5b", false), ("smollm2-135m", true)]
+    );
+    for row in rows {
+        assert_eq!(row.finish_reason, "stop");
+        // The fake pauses 150 ms before each event after the first: the first chunk comes at
+        // least two pauses (SmolLM2: finish, [DONE]) before the end.
+        assert!(row.ttft_ms > 0.0, "{row:?}");
+        assert!(row.latency_ms - row.ttft_ms >= 290.0, "{row:?}");
+    }
+}

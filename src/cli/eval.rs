@@ -53,6 +53,10 @@ pub struct EvalArgs {
     /// Requests in flight at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
+    /// Stream every answer (`stream: true`) and record the time to its first chunk in the
+    /// scorecard and the traces (`ttftMs`).
+    #[arg(long)]
+    stream: bool,
     /// The Python interpreter that runs HumanEval tests.
     #[arg(long, default_value = "python3")]
     python: String,
@@ -150,6 +154,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
             python: args.python.clone(),
             timeout: Duration::from_secs(args.exec_timeout_s.max(1)),
         },
+        stream: args.stream,
     };
     let runtime = match super::runtime(true) {
         Ok(runtime) => runtime,
@@ -249,6 +254,7 @@ fn trace_rows(
                 prompt_tokens: o.prompt_tokens,
                 completion_tokens: o.completion_tokens,
                 latency_ms: o.latency_ms,
+                ttft_ms: if options.stream { o.ttft_ms } else { 0.0 },
                 finish_reason: o.finish_reason.clone(),
                 answer: o.answer.clone(),
             })

@@ -230,6 +230,7 @@ mod tests {
             energy_joules: 0.0,
             latency_p50_ms: 0.0,
             latency_p99_ms: 0.0,
+            ttft_p50_ms: 0.0,
             latency_total_ms: latency_s * 1000.0,
         }
     }

@@ -43,6 +43,8 @@ pub struct Options {
     pub concurrency: usize,
     /// Where HumanEval code runs.
     pub sandbox: grade::Sandbox,
+    /// Ask for streamed answers (`stream: true`, usage included) and time the first chunk.
+    pub stream: bool,
 }
 
 impl Options {
@@ -91,14 +93,32 @@ pub async fn run(
     done.into_iter().map(|(_, _, outcome)| outcome).collect()
 }
 
+/// The whole body, and when its first chunk arrived (milliseconds after `started`). A body
+/// cut short keeps what arrived.
+async fn read_timed(mut response: reqwest::Response, started: Instant) -> (Vec<u8>, Option<f64>) {
+    let mut body = Vec::new();
+    let mut first = None;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        if first.is_none() && !chunk.is_empty() {
+            first = Some(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    (body, first)
+}
+
 /// Sends one item to one target and grades the answer.
 async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Options) -> Outcome {
-    let body = json!({
+    let mut body = json!({
         "model": target,
         "messages": [{"role": "user", "content": suite::user_message(item)}],
         "max_tokens": item.max_tokens.unwrap_or(options.max_tokens),
         "temperature": 0,
     });
+    if options.stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
     let mut outcome = Outcome {
         target: target.to_owned(),
         item: item.id.clone(),
@@ -137,13 +157,15 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     let looper_calls = header("x-mom-looper-calls");
     let cache_hit = header("x-mom-cache-hit") == "true";
     let forwarded = header("x-mom-response-path") == "upstream";
-    let text = response.text().await;
+    let streamed = header("content-type").starts_with("text/event-stream");
+    let (bytes, first) = read_timed(response, started).await;
     outcome.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let answer: Value = text
-        .as_deref()
-        .ok()
-        .and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null);
+    outcome.ttft_ms = first.unwrap_or(outcome.latency_ms);
+    let answer: Value = if streamed {
+        crate::llm::sse::assemble(&bytes).unwrap_or(Value::Null)
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
     if outcome.model.is_empty() {
         outcome.model = target.to_owned();
     }

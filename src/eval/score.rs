@@ -21,6 +21,9 @@ pub struct Outcome {
     pub status: u16,
     /// Client-side time to the complete answer.
     pub latency_ms: f64,
+    /// Client-side time to the first body chunk (with `--stream`, the first token's event;
+    /// otherwise the whole JSON body, so about `latency_ms`).
+    pub ttft_ms: f64,
     /// Model calls it took (a looper's steps; 0 for a cache hit).
     pub calls: u32,
     /// Prompt tokens over all calls.
@@ -76,6 +79,9 @@ pub struct Summary {
     pub latency_p50_ms: f64,
     /// 99th-percentile latency (nearest rank), milliseconds.
     pub latency_p99_ms: f64,
+    /// Median time to the first chunk (nearest rank), milliseconds.
+    #[serde(default)]
+    pub ttft_p50_ms: f64,
     /// Sum of the latencies (compute as the client paid it in time), milliseconds.
     pub latency_total_ms: f64,
 }
@@ -120,6 +126,10 @@ pub fn summarise(target: &str, fixed: bool, outcomes: &[&Outcome]) -> Summary {
         energy_joules: outcomes.iter().map(|o| o.energy_joules).sum(),
         latency_p50_ms: percentile(&latencies, 50.0),
         latency_p99_ms: percentile(&latencies, 99.0),
+        ttft_p50_ms: percentile(
+            &outcomes.iter().map(|o| o.ttft_ms).collect::<Vec<_>>(),
+            50.0,
+        ),
         latency_total_ms: latencies.iter().sum(),
     }
 }
@@ -262,6 +272,7 @@ mod tests {
             detail: String::new(),
             status: 200,
             latency_ms,
+            ttft_ms: latency_ms / 2.0,
             calls: 1,
             prompt_tokens: 10,
             completion_tokens: 5,

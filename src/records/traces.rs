@@ -32,6 +32,10 @@ pub struct TraceRow {
     pub completion_tokens: u64,
     /// Client-side time to the complete answer, in milliseconds.
     pub latency_ms: f64,
+    /// Client-side time to the first streamed chunk, in milliseconds (`eval --stream`); 0 when
+    /// the answer was not streamed.
+    #[serde(default)]
+    pub ttft_ms: f64,
     /// Why the model stopped (`stop`, `length`, …; empty when unknown).
     pub finish_reason: String,
     /// The answer's text (its first 4 Ki characters), so a trace can be audited or regraded.
@@ -90,6 +94,12 @@ pub fn parse(text: &str) -> Result<Traces, String> {
             return Err(format!(
                 "line {at} ({} on {}): latencyMs must be a finite number of milliseconds ≥ 0, got {}",
                 row.item, row.model, row.latency_ms
+            ));
+        }
+        if !row.ttft_ms.is_finite() || row.ttft_ms < 0.0 || row.ttft_ms > row.latency_ms {
+            return Err(format!(
+                "line {at} ({} on {}): ttftMs must be a finite number of milliseconds between 0 and latencyMs, got {}",
+                row.item, row.model, row.ttft_ms
             ));
         }
         if row.item.is_empty() || row.model.is_empty() {
@@ -175,6 +185,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 3,
             latency_ms: latency,
+            ttft_ms: 0.0,
             finish_reason: "stop".to_owned(),
             answer: "an answer".to_owned(),
         }
@@ -213,6 +224,15 @@ mod tests {
         let negative = to_jsonl(&[row("1", "a", 1.0), row("1", "b", -4.0)]);
         let error = parse(&negative).unwrap_err();
         assert!(error.contains("latencyMs must be a finite"), "{error}");
+        let mut late = row("1", "b", 10.0);
+        late.ttft_ms = 11.0;
+        let error = parse(&to_jsonl(&[row("1", "a", 1.0), late])).unwrap_err();
+        assert!(
+            error.contains(
+                "ttftMs must be a finite number of milliseconds between 0 and latencyMs, got 11"
+            ),
+            "{error}"
+        );
         let one_model = to_jsonl(&[row("1", "a", 1.0)]);
         assert!(parse(&one_model).unwrap_err().contains("at least two"));
         let mut changed = row("1", "b", 1.0);

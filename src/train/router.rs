@@ -329,6 +329,7 @@ mod tests {
                 prompt_tokens: 10,
                 completion_tokens: if model == "large" { 40 } else { 8 },
                 latency_ms,
+                ttft_ms: 0.0,
                 finish_reason: "stop".to_owned(),
                 answer: String::new(),
             };
