@@ -262,6 +262,20 @@ pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResp
     }
 }
 
+/// Adds `name` to the headers a response-headers reply removes.
+pub fn remove_response_header(reply: &mut ProcessingResponse, name: &str) {
+    if let Some(Response::ResponseHeaders(HeadersResponse {
+        response: Some(common),
+    })) = &mut reply.response
+    {
+        common
+            .header_mutation
+            .get_or_insert_with(HeaderMutation::default)
+            .remove_headers
+            .push(name.to_owned());
+    }
+}
+
 /// A response body mom-router read: the replacement body when there is one (with its
 /// content-length while Envoy holds the headers, a BUFFERED body), and — given the trace of a
 /// finished contract check — `x-mom-contract` (held headers only) and the metadata with the

@@ -422,12 +422,16 @@ impl StreamState {
             forwarded.grounding = None;
             forwarded.answer_guard = None;
         }
+        let mut reply = convert::response_headers(Some(&forwarded.trace), forwarded.body_mode);
         if let (true, false, Some(masker)) = (forwarded.stream, hold, &forwarded.masker) {
             forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
                 masker,
             )));
+            // Restored chunks change the body's length: an upstream's content-length would no
+            // longer hold, and Envoy refuses the response rather than send a wrong one.
+            convert::remove_response_header(&mut reply, "content-length");
         }
-        convert::response_headers(Some(&forwarded.trace), forwarded.body_mode)
+        reply
     }
 
     /// Times the first chunk and feeds the usage scanner; records the response when it ends.

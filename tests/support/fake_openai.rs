@@ -44,6 +44,19 @@ pub struct FakeBackend {
     /// When non-zero, a streamed answer is cut every this many characters (mid-word) instead of
     /// word by word.
     pub chunk_chars: Arc<AtomicU64>,
+    /// When set, every chat request is answered with exactly this: a hostile upstream.
+    pub hostile: Arc<Mutex<Option<Hostile>>>,
+}
+
+/// A reply no well-behaved server sends: any status, headers and body bytes.
+#[derive(Debug, Clone)]
+pub struct Hostile {
+    /// Status code.
+    pub status: u16,
+    /// Headers, in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Bytes,
 }
 
 impl FakeBackend {
@@ -59,6 +72,14 @@ impl FakeBackend {
             reply_text: Arc::new(Mutex::new(None)),
             queued: Arc::new(Mutex::new(std::collections::VecDeque::new())),
             chunk_chars: Arc::new(AtomicU64::new(0)),
+            hostile: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Answers every chat request from now on with `reply`.
+    pub fn turn_hostile(&self, reply: Hostile) {
+        if let Ok(mut hostile) = self.hostile.lock() {
+            *hostile = Some(reply);
         }
     }
 
@@ -122,6 +143,17 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
     let delay = backend.delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    let hostile = backend.hostile.lock().ok().and_then(|h| h.clone());
+    if let Some(reply) = hostile {
+        let mut response = Response::new(Body::from(reply.body));
+        *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+        for (name, value) in reply.headers {
+            if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                response.headers_mut().append(name, value);
+            }
+        }
+        return response;
     }
     let fail = backend.fail_status.load(Ordering::Relaxed);
     if fail > 0 {
