@@ -88,7 +88,9 @@ pub struct Running {
     pub draining: Arc<AtomicBool>,
     drain: Drain,
     stop: watch::Sender<bool>,
+    flush: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    writers: Vec<JoinHandle<()>>,
 }
 
 impl Running {
@@ -99,9 +101,15 @@ impl Running {
         self.draining.store(true, Ordering::SeqCst);
         tokio::time::sleep(self.drain.grace).await;
         let _ = self.stop.send(true);
+        let (flush, writers) = (self.flush, self.writers);
         let finished = tokio::time::timeout(self.drain.limit, async {
+            // The servers first (open streams finish), then the writers flush what they left.
             for task in self.tasks {
                 let _ = task.await;
+            }
+            let _ = flush.send(true);
+            for writer in writers {
+                let _ = writer.await;
             }
         })
         .await;
@@ -132,11 +140,13 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         None => snapshot.server.admin_listen,
     };
     let (stop, stopped) = watch::channel(false);
+    let (flush, flushing) = watch::channel(false);
     let mut tasks = Vec::new();
-    let (state, state_tasks) = StateStore::start(
+    let (state, state_tasks, mut writers) = StateStore::start(
         snapshot.state.clone(),
         metrics.state_fallbacks.clone(),
         stopped.clone(),
+        flushing,
     )?;
     tasks.extend(state_tasks);
 
@@ -147,9 +157,9 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
             state.clone(),
             metrics.records_dropped.clone(),
             lock.clone(),
-            stopped.clone(),
         );
-        tasks.push(writer);
+        // Ends once every sink is dropped: after the servers and their streams.
+        writers.push(writer);
         sink
     });
     let internal_token = crate::llm::client::new_token();
@@ -255,7 +265,9 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         draining,
         drain: options.drain,
         stop,
+        flush,
         tasks,
+        writers,
     })
 }
 

@@ -355,3 +355,46 @@ async fn replicas_append_their_run_records_to_one_redis_stream() {
     run_ids.sort();
     assert_eq!(streamed, run_ids, "both replicas' records, each once");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_redis_never_hangs_a_request_and_each_miss_is_counted() {
+    // Accepts every connection and never answers a byte.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}", hole.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = hole.accept().await {
+            keep.lock().unwrap().push(socket);
+        }
+    });
+    let stack = Stack::start_with_config(&session_policy(&url)).await;
+    let sidecar = stack.sidecar.as_ref().unwrap();
+    // Every session turn reads its pin from Redis on the request path: each read gives up
+    // after the 200 ms timeout and the turn is served from local state.
+    let turns = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut statuses = Vec::new();
+        for i in 0..3 {
+            let (_, status, _) = session_turn(
+                &stack,
+                "s-hole",
+                json!([{"role": "user", "content": format!("turn {i}")}]),
+            )
+            .await;
+            statuses.push(status);
+        }
+        statuses
+    })
+    .await
+    .expect("requests hung on a Redis that never answers");
+    assert_eq!(turns[0], "new", "{turns:?}");
+    let text = sidecar.metrics().await;
+    assert!(
+        counter(&text, "mom_state_fallbacks_total{operation=\"pin_lookup\"}") >= 3,
+        "every unanswered pin lookup is counted: {text}"
+    );
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the sidecar did reach the hole"
+    );
+}

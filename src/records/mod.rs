@@ -30,7 +30,7 @@ use crate::lock::LockSlot;
 use crate::state::StateStore;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Records queued beyond this are dropped (and counted): the disk is too slow.
@@ -49,14 +49,15 @@ pub struct RecordSink {
 }
 
 impl RecordSink {
-    /// Starts the writer task; it drains the queue and stops with `stop`. A Redis stream is
-    /// reached through `state`'s connection (its write queue).
+    /// Starts the writer task. It writes until every sink (every clone held by the servers and
+    /// their streams) is dropped and the queue is empty, so a stop loses no record: the streams
+    /// still open when a drain begins write theirs as they finish. A Redis stream is reached
+    /// through `state`'s connection (its write queue).
     pub fn start(
         settings: &RecordSettings,
         state: Arc<StateStore>,
         dropped: Counter,
         lock: LockSlot,
-        mut stop: watch::Receiver<bool>,
     ) -> (Self, JoinHandle<()>) {
         let (queue, mut records) = mpsc::channel::<RunRecord>(QUEUE);
         let mut file = settings
@@ -70,12 +71,7 @@ impl RecordSink {
             .unwrap_or_default();
         let stream = settings.redis_stream.clone();
         let writer = tokio::spawn(async move {
-            loop {
-                let record = tokio::select! {
-                    record = records.recv() => record,
-                    _ = stop.wait_for(|s| *s) => None,
-                };
-                let Some(record) = record else { break };
+            while let Some(record) = records.recv().await {
                 let mut batch = vec![record];
                 while let Ok(more) = records.try_recv() {
                     batch.push(more);

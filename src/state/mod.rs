@@ -99,6 +99,10 @@ pub struct Run {
     pub model: String,
 }
 
+/// What [`StateStore::start`] gives: the store, the tasks that end at `stop`, and the writers
+/// that end at `flush`.
+pub type Started = (Arc<StateStore>, Vec<JoinHandle<()>>, Vec<JoinHandle<()>>);
+
 /// Why shared state could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -163,17 +167,20 @@ impl StateStore {
     }
 
     /// The store `serve` runs: with `backend: redis`, connected (lazily: start-up never waits
-    /// for Redis) with its writer and refresher tasks running until `stop`. Failed Redis
-    /// operations are counted in `fallbacks`.
+    /// for Redis), with its refresher running until `stop` and its writer until `flush`: given
+    /// once the servers have stopped, so the writes of streams that finished during a drain
+    /// are applied before the writer ends. Returns the store, the tasks that end at `stop` and
+    /// the writers that end at `flush`. Failed Redis operations are counted in `fallbacks`.
     pub fn start(
         settings: Settings,
         fallbacks: Family<StateLabels, Counter>,
         stop: watch::Receiver<bool>,
-    ) -> Result<(Arc<Self>, Vec<JoinHandle<()>>), StateError> {
+        flush: watch::Receiver<bool>,
+    ) -> Result<Started, StateError> {
         let Backend::Redis(redis) = settings.backend.clone() else {
-            return Ok((Arc::new(Self::new(settings)), Vec::new()));
+            return Ok((Arc::new(Self::new(settings)), Vec::new(), Vec::new()));
         };
-        let (tier, queue) =
+        let (tier, mut queue) =
             RedisTier::connect(&redis, fallbacks).map_err(|e| StateError::Redis(e.to_string()))?;
         let mut store = Self::new(settings);
         store.redis = Some(tier);
@@ -181,13 +188,22 @@ impl StateStore {
         let window = store.settings.latency_window;
         let writer = {
             let store = store.clone();
-            let mut stopped = stop.clone();
+            let mut flushing = flush;
             tokio::spawn(async move {
-                if let Some(tier) = &store.redis {
-                    tokio::select! {
-                        () = tier.write_loop(queue, window) => {}
-                        _ = stopped.wait_for(|s| *s) => {}
+                let Some(tier) = &store.redis else { return };
+                loop {
+                    let write = tokio::select! {
+                        write = queue.recv() => write,
+                        _ = flushing.wait_for(|f| *f) => break,
+                    };
+                    match write {
+                        Some(write) => tier.apply(write, window).await,
+                        None => return,
                     }
+                }
+                // The servers have stopped: what is queued now is all there will be.
+                while let Ok(write) = queue.try_recv() {
+                    tier.apply(write, window).await;
                 }
             })
         };
@@ -208,7 +224,7 @@ impl StateStore {
                 }
             })
         };
-        Ok((store, vec![writer, refresher]))
+        Ok((store, vec![refresher], vec![writer]))
     }
 
     /// Whether state is shared through Redis.

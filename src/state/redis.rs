@@ -127,13 +127,11 @@ impl RedisTier {
         }
     }
 
-    /// Applies queued writes until the queue closes.
-    pub(super) async fn write_loop(&self, mut queue: mpsc::Receiver<Write>, window: usize) {
-        while let Some(write) = queue.recv().await {
-            let result = tokio::time::timeout(self.timeout * 4, self.write(write, window)).await;
-            if !matches!(result, Ok(Ok(()))) {
-                self.fell_back("write");
-            }
+    /// Applies one queued write, bounded by the timeout (a failure is counted).
+    pub(super) async fn apply(&self, write: Write, window: usize) {
+        let result = tokio::time::timeout(self.timeout * 4, self.write(write, window)).await;
+        if !matches!(result, Ok(Ok(()))) {
+            self.fell_back("write");
         }
     }
 

@@ -98,6 +98,11 @@ impl Sidecar {
             .unwrap()
     }
 
+    /// Drains and stops it, as SIGTERM does; true when everything finished within the limit.
+    pub async fn shutdown(self) -> bool {
+        self.running.shutdown().await
+    }
+
     /// The live configuration version.
     pub fn version(&self) -> String {
         self.running.store.snapshot().version.clone()
