@@ -146,7 +146,7 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
     if text.ends_with("# EOF\n") {
         text.truncate(text.len() - "# EOF\n".len());
     }
-    let families: [CounterFamily; 4] = [
+    let families: [CounterFamily; 5] = [
         (
             "mom_model_batches",
             "Forward passes run by a model worker",
@@ -166,6 +166,11 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
             "mom_model_cache_hits",
             "Calls answered from a model worker's cache",
             |s| s.cache_hits.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_restarts",
+            "Times a model worker reloaded its model after a panic",
+            |s| s.restarts.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, read) in families {

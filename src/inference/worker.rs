@@ -1,7 +1,9 @@
 //! The model worker: one dedicated thread owns a model, reads jobs from a bounded queue, gathers
 //! up to `max_batch` of them for at most `max_wait`, runs one forward pass and answers each
 //! caller on its own reply channel. Repeated texts are answered from a cache. The same worker
-//! serves sentence encoders and token classifiers ([`Batched`]).
+//! serves sentence encoders and token classifiers ([`Batched`]). A model that panics loses
+//! the batch it was running (those callers get `Closed`) and is loaded again on the same
+//! thread, at most [`MAX_RESTARTS`] times (counted); after that the worker stays stopped.
 
 use super::{load, Encoder, EncoderSpec, InferenceError};
 use moka::sync::Cache;
@@ -9,6 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Reloads after a panic before a worker gives up and stays stopped.
+pub const MAX_RESTARTS: u64 = 3;
 
 /// Batching and queueing settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,6 +39,8 @@ pub struct EncoderStats {
     pub overloaded: AtomicU64,
     /// Calls answered from the cache.
     pub cache_hits: AtomicU64,
+    /// Times the model was loaded again after a panic.
+    pub restarts: AtomicU64,
     /// Set when the worker thread has ended (a panic in the model included): every call then
     /// fails, and `/ready` says so.
     pub stopped: std::sync::atomic::AtomicBool,
@@ -45,10 +52,6 @@ struct StopMark(Arc<EncoderStats>);
 impl Drop for StopMark {
     fn drop(&mut self) {
         self.0.stopped.store(true, Ordering::SeqCst);
-        // The normal end is the last handle going away; a panic is not.
-        if std::thread::panicking() {
-            tracing::error!("a model worker thread panicked; its calls fail until restart");
-        }
     }
 }
 
@@ -149,27 +152,53 @@ impl EncoderHandle {
 
 impl<O: Send + Sync + 'static> ModelHandle<O> {
     /// Loads a model with `load` on a new worker thread named `name` and waits until it is
-    /// ready (or failed).
+    /// ready (or failed). `load` runs again to restart the model after a panic.
     pub fn start<M, F>(name: &str, settings: BatchSettings, load: F) -> Result<Self, InferenceError>
     where
         M: Batched<Output = O>,
-        F: FnOnce() -> Result<M, InferenceError> + Send + 'static,
+        F: Fn() -> Result<M, InferenceError> + Send + 'static,
     {
         let (jobs, queue) = mpsc::sync_channel::<Job<O>>(settings.queue.max(1));
         let (ready_tx, ready_rx) = mpsc::channel();
         let stats = Arc::new(EncoderStats::default());
         let worker_stats = stats.clone();
+        let worker = name.to_owned();
         std::thread::Builder::new()
             .name(name.to_owned())
-            .spawn(move || match load() {
-                Ok(mut model) => {
-                    let _stop = StopMark(worker_stats.clone());
-                    let _ = ready_tx.send(Ok(model.describe()));
-                    drop(ready_tx);
-                    serve(&mut model, &queue, settings, &worker_stats);
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
+            .spawn(move || {
+                let mut model = match load() {
+                    Ok(model) => model,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _stop = StopMark(worker_stats.clone());
+                let _ = ready_tx.send(Ok(model.describe()));
+                drop(ready_tx);
+                loop {
+                    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        serve(&mut model, &queue, settings, &worker_stats);
+                    }));
+                    if served.is_ok() {
+                        return; // every handle is gone
+                    }
+                    let restarts = worker_stats.restarts.load(Ordering::SeqCst);
+                    if restarts >= MAX_RESTARTS {
+                        tracing::error!(worker, restarts, "a model worker panicked again: it stays stopped");
+                        return;
+                    }
+                    match load() {
+                        Ok(reloaded) => {
+                            model = reloaded;
+                            worker_stats.restarts.fetch_add(1, Ordering::SeqCst);
+                            tracing::error!(worker, restart = restarts + 1, "a model worker panicked: reloaded");
+                        }
+                        Err(error) => {
+                            tracing::error!(worker, %error, "a model worker panicked and cannot reload: it stays stopped");
+                            return;
+                        }
+                    }
                 }
             })
             .map_err(|e| InferenceError::Load(format!("cannot start {name} thread: {e}")))?;
@@ -323,19 +352,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_worker_whose_model_panics_is_marked_stopped_and_calls_fail() {
+    async fn a_panicking_model_is_reloaded_a_bounded_number_of_times_then_stays_stopped() {
         let settings = BatchSettings {
-            max_batch: 4,
+            max_batch: 1,
             max_wait: Duration::from_millis(1),
             queue: 8,
             cache_entries: 16,
         };
-        let handle = ModelHandle::start("fragile", settings, || Ok(Fragile))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let loads = Arc::new(AtomicU64::new(0));
+        let counted = loads.clone();
+        let handle = ModelHandle::start("fragile", settings, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(Fragile)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(handle.call("four").await.map(|n| *n), Ok(4));
-        assert!(!handle.stats().stopped.load(Ordering::SeqCst));
+        // Each panic loses its own call and reloads the model; the next call is served.
+        for restart in 1..=MAX_RESTARTS {
+            assert_eq!(handle.call("boom").await, Err(InferenceError::Closed));
+            assert_eq!(
+                handle.call(&"x".repeat(restart as usize)).await.map(|n| *n),
+                Ok(restart as usize)
+            );
+            assert_eq!(handle.stats().restarts.load(Ordering::SeqCst), restart);
+            assert!(!handle.stats().stopped.load(Ordering::SeqCst));
+        }
+        assert_eq!(loads.load(Ordering::SeqCst), 1 + MAX_RESTARTS);
+        // One panic more than the bound: stopped for good.
         assert!(handle.call("boom").await.is_err());
-        // The mark is set as the thread finishes unwinding.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !handle.stats().stopped.load(Ordering::SeqCst) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
