@@ -1,6 +1,6 @@
 //! Hostile conditions the sidecar must survive or refuse: guards that cannot answer fail
 //! closed unless the policy says otherwise; a client cannot pick its backend, even when the
-//! ext_proc filter fails open.
+//! ext_proc filter fails open; a client that leaves mid-recipe stops the recipe.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -75,4 +75,49 @@ async fn with_ext_proc_failing_open_a_client_still_cannot_pick_its_backend() {
     assert_eq!(stack.requests_seen(), 0);
     let log = stack.envoy.access_log_line("spoof-open").await;
     assert_eq!(log["upstream_cluster"], Value::Null, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_cascade_stops_the_cascade() {
+    let policy = "version: leave-test\nserver: {internalUrl: \"http://127.0.0.1:10001\"}\n\
+        models:\n  - {name: smollm2-135m, providerModel: smollm2-135m}\n  \
+        - {name: gemma3-270m, providerModel: gemma3-270m}\n  \
+        - {name: qwen2.5-coder-0.5b, providerModel: qwen2.5-coder-0.5b}\n\
+        identities: [{name: mom/auto, defaultModel: smollm2-135m, decisions: [cascade]}]\n\
+        signals: [{name: anything, type: context_length, minTokens: 0}]\n\
+        decisions:\n  - name: cascade\n    rules: {signal: anything}\n    \
+        modelRefs: [{model: smollm2-135m}, {model: gemma3-270m}, {model: qwen2.5-coder-0.5b}]\n    \
+        looper: {type: confidence, threshold: 0.99, perCallTimeoutMs: 5000}\n";
+    let stack = Stack::start_with_config(policy).await;
+    let (small, middle) = (
+        &stack.backends["smollm2-135m"],
+        &stack.backends["gemma3-270m"],
+    );
+    // The first step answers after 1.5 s, never confidently enough (0.95 < 0.99): a cascade
+    // still running would then send its second step, a sub-request to Gemma.
+    small
+        .delay_ms
+        .store(1_500, std::sync::atomic::Ordering::SeqCst);
+    let gone = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "leaves"))
+        .timeout(std::time::Duration::from_millis(300))
+        .json(&ask("hello"))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up before any answer");
+    let started = support::eventually(std::time::Duration::from_secs(5), async || {
+        (small.bodies().len() == 1).then_some(())
+    })
+    .await;
+    assert!(started.is_some(), "the cascade's first step was sent");
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert!(
+        middle.bodies().is_empty(),
+        "the cascade went on after its client left: {:?}",
+        middle.bodies()
+    );
+    small.delay_ms.store(0, std::sync::atomic::Ordering::SeqCst);
+    let next = stack.chat(&ask("still there?"), "after-leave").await;
+    assert_eq!(next.status(), 200);
 }
