@@ -254,6 +254,7 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
             "Deployment",
             "HorizontalPodAutoscaler",
             "Job",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Service",
             "Service",
@@ -310,6 +311,27 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
     let redis = find(&documents, "Service", "mom-router-redis");
     assert_eq!(redis["spec"]["ports"][0]["port"], 6379);
+    // Redis requires the Secret's password, which mom-router reads from MOM_REDIS_PASSWORD.
+    let server = &find(&documents, "Deployment", "mom-router-redis")["spec"]["template"]["spec"]
+        ["containers"][0];
+    assert_eq!(server["args"][4], "--requirepass");
+    assert_eq!(server["args"][5], "$(REDIS_PASSWORD)");
+    assert_eq!(
+        server["env"][0]["valueFrom"]["secretKeyRef"]["name"],
+        "mom-router-redis"
+    );
+    let env = pod["containers"][0]["env"].as_sequence().unwrap();
+    assert!(env.iter().any(|e| e["name"] == "MOM_REDIS_PASSWORD"
+        && e["valueFrom"]["secretKeyRef"]["key"] == "password"));
+    // Only this release's mom-router pods reach it.
+    let policy = find(&documents, "NetworkPolicy", "mom-router-redis");
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "redis"
+    );
+    let from = &policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+    assert_eq!(from["app.kubernetes.io/name"], "mom-router");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 6379);
 }
 
 #[test]
@@ -463,6 +485,9 @@ fn bad_values_fail_the_render_and_a_bad_config_fails_the_hook() {
         .contains("mode: \"gateway\" is not one of standalone, envoyGateway, istio"));
     assert!(failed(&["redis.enabled=true"])
         .contains("state.redis.url must name the Redis at demo-mom-router-redis:6379"));
+    assert!(failed(&["redis.passwordSecret.name=redis-auth"]).contains(
+        "with redis.passwordSecret, state.redis must say passwordEnv: MOM_REDIS_PASSWORD"
+    ));
     assert!(failed(&[
         "models.persistentVolumeClaim=m",
         "models.initContainer.image=busybox"

@@ -256,6 +256,9 @@ pub struct RawRedis {
     pub refresh_ms: Option<u64>,
     /// Milliseconds a Redis command may take before the fallback counts it failed (default 100).
     pub timeout_ms: Option<u64>,
+    /// The environment variable holding the Redis password (`AUTH`), read when `serve` starts,
+    /// so no secret sits in the configuration.
+    pub password_env: Option<String>,
 }
 
 /// A bounded multi-model recipe a decision runs instead of a single call.

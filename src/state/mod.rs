@@ -50,6 +50,8 @@ pub struct RedisSettings {
     pub refresh: Duration,
     /// Longest a Redis command may take.
     pub timeout: Duration,
+    /// The environment variable holding the password, when Redis requires one.
+    pub password_env: Option<String>,
 }
 
 /// State settings (the `state` section; read at start, like the listeners).

@@ -90,7 +90,22 @@ impl RedisTier {
         settings: &RedisSettings,
         fallbacks: Family<StateLabels, Counter>,
     ) -> Result<(Self, mpsc::Receiver<Write>), redis::RedisError> {
-        let client = redis::Client::open(settings.url.as_str())?;
+        let mut info = redis::IntoConnectionInfo::into_connection_info(settings.url.as_str())?;
+        if let Some(name) = &settings.password_env {
+            let password = std::env::var(name)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "state.redis.passwordEnv names an environment variable that is not set",
+                        name.clone(),
+                    ))
+                })?;
+            let auth = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(auth);
+        }
+        let client = redis::Client::open(info)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout))
             .set_response_timeout(Some(settings.timeout))

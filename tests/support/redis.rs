@@ -16,11 +16,21 @@ pub struct Redis {
 impl Redis {
     /// Starts a server and waits (at most 10 s) until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server that refuses every command until `AUTH password`.
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_with(&["--requirepass", password])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         let binary = std::env::var("MOM_REDIS_BIN").unwrap_or_else(|_| "redis-server".to_owned());
         let port = free_port();
         let child = Command::new(&binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {binary}: {e}; install redis-server"));

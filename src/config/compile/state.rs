@@ -51,12 +51,22 @@ pub(super) fn compile_state(raw: Option<&RawState>, errors: &mut Errors) -> Opti
             None
         }
         (RawStateBackend::Redis, Some(redis)) => {
-            if redis.url.starts_with("redis://") || redis.url.starts_with("rediss://") {
+            let named_ok = redis.password_env.as_deref().is_none_or(|name| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            });
+            if !named_ok {
+                errors.push(
+                    "state.redis.passwordEnv",
+                    "must name an environment variable (letters, digits, `_`)",
+                );
+                None
+            } else if redis.url.starts_with("redis://") || redis.url.starts_with("rediss://") {
                 Some(Backend::Redis(RedisSettings {
                     url: redis.url.clone(),
                     key_prefix: redis.key_prefix.clone().unwrap_or_else(|| "mom".to_owned()),
                     refresh: Duration::from_millis(redis.refresh_ms.unwrap_or(250)),
                     timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(100)),
+                    password_env: redis.password_env.clone(),
                 }))
             } else {
                 errors.push(
