@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the parsers a client or an upstream can reach (fuzz/: chat request
-# through the offline request phase, PII detectors and masker, event-stream restorer / usage
-# scanner / assembler, de-obfuscator, config compiler). Each target runs SECONDS (default 60)
+# through the offline request phase, ext_proc message sequences into a stream's state, PII
+# detectors and masker, event-stream restorer / usage scanner / assembler, de-obfuscator,
+# config compiler, outcomes body, bundle archive import). Each target runs SECONDS (default 60)
 # from its committed seed corpus (fuzz/seeds/TARGET) plus what earlier runs found (kept under
 # .cache/fuzz, git-ignored); a crash input lands in fuzz/artifacts/TARGET/ and stops the run
 # (commit it and a regression test). Prints executions per target. Needs the nightly toolchain
@@ -14,7 +15,7 @@ cd "$MOM_ROOT"
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(chat_request pii sse deobfuscate config)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(chat_request extproc pii sse deobfuscate config outcomes bundle)
 
 rustup toolchain list | grep -q '^nightly' || die "cargo fuzz needs the nightly toolchain: rustup toolchain install nightly"
 if ! cargo fuzz --version 2>/dev/null | grep -q '0.13.1'; then

@@ -3,6 +3,8 @@
 
 mod outcomes;
 
+pub use outcomes::{parse as parse_outcomes, MAX_OUTCOMES};
+
 use crate::config::ConfigStore;
 use crate::inference::EncoderStats;
 use crate::observability::Metrics;

@@ -68,6 +68,51 @@ fn error(status: StatusCode, message: &str, code: &str) -> Response {
         .into_response()
 }
 
+/// Most outcomes one body may carry.
+pub const MAX_OUTCOMES: usize = 1_000;
+
+/// A body's outcomes, checked before anything is looked up: JSON of the right shape, at most
+/// [`MAX_OUTCOMES`], each giving exactly one valid outcome, none repeating another of the same
+/// run and kind. An error is the message and its code (`invalid_outcome`, `duplicate_outcome`).
+pub fn parse(body: &[u8]) -> Result<Vec<(String, Outcome)>, (String, &'static str)> {
+    let parsed = match serde_json::from_slice::<Body>(body) {
+        Ok(Body::One(one)) => vec![one],
+        Ok(Body::Many(many)) => many,
+        Err(e) => {
+            return Err((
+                format!("the body must be an outcome object or an array of them: {e}"),
+                "invalid_outcome",
+            ))
+        }
+    };
+    if parsed.len() > MAX_OUTCOMES {
+        return Err((
+            format!(
+                "{} outcomes in one body; send at most {MAX_OUTCOMES}",
+                parsed.len()
+            ),
+            "invalid_outcome",
+        ));
+    }
+    let mut outcomes = Vec::with_capacity(parsed.len());
+    let mut keys = std::collections::HashSet::new();
+    for (i, raw) in parsed.into_iter().enumerate() {
+        let outcome = outcome_of(&raw, i).map_err(|message| (message, "invalid_outcome"))?;
+        if !keys.insert(outcome.credit_key(&raw.run_id)) {
+            return Err((
+                format!(
+                    "[{i}] repeats a {} outcome for run {:?} given earlier in this body",
+                    outcome.kind(),
+                    raw.run_id
+                ),
+                "duplicate_outcome",
+            ));
+        }
+        outcomes.push((raw.run_id, outcome));
+    }
+    Ok(outcomes)
+}
+
 fn outcome_of(raw: &RawOutcome, index: usize) -> Result<Outcome, String> {
     let mut given = Vec::new();
     if let Some(reward) = raw.reward {
@@ -156,43 +201,22 @@ pub(super) async fn post(
     if let Some(refused) = refusal(&state.outcomes_auth, &headers) {
         return refused;
     }
-    let parsed = match serde_json::from_slice::<Body>(&body) {
-        Ok(Body::One(one)) => vec![one],
-        Ok(Body::Many(many)) => many,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("the body must be an outcome object or an array of them: {e}"),
-                "invalid_outcome",
-            )
-        }
+    let outcomes = match parse(&body) {
+        Ok(outcomes) => outcomes,
+        Err((message, code)) => return error(StatusCode::BAD_REQUEST, &message, code),
     };
-    let mut outcomes = Vec::with_capacity(parsed.len());
-    for (i, raw) in parsed.iter().enumerate() {
-        match outcome_of(raw, i) {
-            Ok(outcome) => outcomes.push((raw.run_id.as_str(), outcome)),
-            Err(message) => return error(StatusCode::BAD_REQUEST, &message, "invalid_outcome"),
-        }
-    }
-    let mut keys = std::collections::HashSet::new();
-    for (i, (run_id, outcome)) in outcomes.iter().enumerate() {
-        if !keys.insert(outcome.credit_key(run_id)) {
-            let message = format!(
-                "[{i}] repeats a {} outcome for run {run_id:?} given earlier in this body",
-                outcome.kind()
-            );
-            return error(StatusCode::BAD_REQUEST, &message, "duplicate_outcome");
-        }
+    for (run_id, outcome) in &outcomes {
+        let run_id = run_id.as_str();
         if state.state.credited(run_id, outcome) {
             let message =
-                OutcomeError::AlreadyCredited((*run_id).to_owned(), outcome.kind()).to_string();
+                OutcomeError::AlreadyCredited(run_id.to_owned(), outcome.kind()).to_string();
             return error(StatusCode::CONFLICT, &message, "duplicate_outcome");
         }
     }
     for (run_id, outcome) in &outcomes {
-        let mut ids = vec![*run_id];
+        let mut ids = vec![run_id.as_str()];
         if let Outcome::Preference { other_run, .. } = outcome {
-            ids.push(other_run);
+            ids.push(other_run.as_str());
         }
         for id in ids {
             if state.state.find_run(id).await.is_none() {
@@ -248,6 +272,23 @@ mod tests {
             value.parse().unwrap_or_else(|_| panic!("{value}")),
         );
         headers
+    }
+
+    #[test]
+    fn a_body_is_checked_whole_and_bounded() {
+        let one = parse(br#"{"run_id": "a", "thumbs": "up"}"#).unwrap_or_default();
+        assert_eq!(one, vec![("a".to_owned(), Outcome::Reward(1.0))]);
+        let repeat = parse(br#"[{"run_id": "a", "reward": 1}, {"run_id": "a", "thumbs": "down"}]"#);
+        assert_eq!(repeat.map_err(|(_, code)| code), Err("duplicate_outcome"));
+        let many: Vec<String> = (0..=MAX_OUTCOMES)
+            .map(|i| format!(r#"{{"run_id": "r{i}", "verified": true}}"#))
+            .collect();
+        let flood = parse(format!("[{}]", many.join(",")).as_bytes());
+        let (message, code) = flood.err().unwrap_or_default();
+        assert_eq!(code, "invalid_outcome");
+        assert!(message.starts_with("1001 outcomes in one body"), "{message}");
+        let shape = parse(b"0").err().unwrap_or_default();
+        assert!(shape.0.starts_with("the body must be an outcome object"), "{shape:?}");
     }
 
     #[test]

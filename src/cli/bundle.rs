@@ -1,14 +1,15 @@
 //! `mom-router bundle build|inspect|check|export|import|promote`: the policy as a
-//! content-addressed artifact. `promote` releases a bundle only when the scorecard measured on
-//! it passes a gate, and writes the new bundle with that evidence inside its digest. `export` packs a verified bundle folder into one tar file (fixed order, times and
-//! modes, so the same bundle always exports to the same bytes); `import` unpacks one into a new
-//! folder and verifies every hash and the digest, removing what it wrote when they do not match.
+//! content-addressed artifact. `export` packs a verified bundle folder into one tar file (fixed
+//! order, times and modes, so the same bundle always exports to the same bytes); `import`
+//! unpacks one into a new folder and verifies it ([`bundle::import`]). `promote` releases a
+//! bundle only when the scorecard measured on it passes a gate, and writes the new bundle with
+//! that evidence inside its digest.
 
 use crate::config::bundle::{self, Manifest, MANIFEST};
 use crate::config::{self, ConfigErrors};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Arguments of `bundle`.
@@ -81,10 +82,6 @@ enum BundleCommand {
     },
 }
 
-/// Archives larger than this, or with more entries, are refused.
-const MAX_ARCHIVE_BYTES: u64 = 1 << 30;
-const MAX_ENTRIES: usize = 10_000;
-
 /// Runs `bundle`.
 pub fn run(args: BundleArgs) -> ExitCode {
     let outcome = match args.command {
@@ -98,7 +95,7 @@ pub fn run(args: BundleArgs) -> ExitCode {
         BundleCommand::Export { bundle, out } => bundle::open(&bundle)
             .and_then(|opened| export(&opened.dir, &opened.manifest, &out))
             .map(|()| format!("{}: exported {}", out.display(), bundle.display())),
-        BundleCommand::Import { archive, out } => import(&archive, &out).map(|manifest| {
+        BundleCommand::Import { archive, out } => bundle::import(&archive, &out).map(|manifest| {
             format!(
                 "{}: imported {} ({} files, verified)",
                 out.display(),
@@ -177,7 +174,7 @@ fn inspect(path: &Path, as_json: bool) -> Result<String, ConfigErrors> {
     let folder = if is_archive(path) {
         scratch = self::scratch()?;
         let folder = scratch.path().join("bundle");
-        import(path, &folder)?;
+        bundle::import(path, &folder)?;
         folder
     } else {
         path.to_owned()
@@ -303,69 +300,4 @@ fn export(folder: &Path, manifest: &Manifest, out: &Path) -> Result<(), ConfigEr
         .into_inner()
         .and_then(|mut f| std::io::Write::flush(&mut f))
         .map_err(|e| error(format!("cannot write {}: {e}", out.display())))
-}
-
-/// Unpacks `archive` into the new folder `out` (plain files with plain relative paths only)
-/// and verifies it; on any failure nothing is left at `out`.
-fn import(archive: &Path, out: &Path) -> Result<Manifest, ConfigErrors> {
-    if out.exists() {
-        return Err(error(format!(
-            "{} exists; import writes a new folder",
-            out.display()
-        )));
-    }
-    let unpacked = unpack(archive, out).and_then(|()| bundle::open(out));
-    match unpacked {
-        Ok(opened) => Ok(opened.manifest),
-        Err(errors) => {
-            let _ = std::fs::remove_dir_all(out);
-            Err(errors)
-        }
-    }
-}
-
-fn unpack(archive: &Path, out: &Path) -> Result<(), ConfigErrors> {
-    let file = std::fs::File::open(archive)
-        .map_err(|e| error(format!("cannot open {}: {e}", archive.display())))?;
-    let mut reader = tar::Archive::new(file);
-    let entries = reader
-        .entries()
-        .map_err(|e| error(format!("{} is not a tar archive: {e}", archive.display())))?;
-    let (mut total, mut count) = (0u64, 0usize);
-    std::fs::create_dir_all(out)
-        .map_err(|e| error(format!("cannot create {}: {e}", out.display())))?;
-    for entry in entries {
-        let mut entry =
-            entry.map_err(|e| error(format!("{}: damaged archive: {e}", archive.display())))?;
-        count += 1;
-        total += entry.size();
-        if count > MAX_ENTRIES || total > MAX_ARCHIVE_BYTES {
-            return Err(error(format!(
-                "{}: more than {MAX_ENTRIES} entries or {MAX_ARCHIVE_BYTES} bytes",
-                archive.display()
-            )));
-        }
-        let path = entry
-            .path()
-            .map_err(|e| error(format!("{}: unreadable entry name: {e}", archive.display())))?
-            .into_owned();
-        let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
-        if entry.header().entry_type() != tar::EntryType::Regular || !plain {
-            return Err(error(format!(
-                "{}: entry {} is not a plain file inside the bundle",
-                archive.display(),
-                path.display()
-            )));
-        }
-        let target = out.join(&path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| error(format!("cannot create {}: {e}", parent.display())))?;
-        }
-        let mut file = std::fs::File::create(&target)
-            .map_err(|e| error(format!("cannot create {}: {e}", target.display())))?;
-        std::io::copy(&mut entry, &mut file)
-            .map_err(|e| error(format!("cannot write {}: {e}", target.display())))?;
-    }
-    Ok(())
 }

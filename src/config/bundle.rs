@@ -342,6 +342,80 @@ pub fn open(dir: &Path) -> Result<Bundle, ConfigErrors> {
     })
 }
 
+/// Archives larger than this, or with more entries, are refused.
+const MAX_ARCHIVE_BYTES: u64 = 1 << 30;
+/// See [`MAX_ARCHIVE_BYTES`].
+const MAX_ENTRIES: usize = 10_000;
+
+fn error(message: impl Into<String>) -> ConfigErrors {
+    ConfigErrors::one("", message)
+}
+
+/// Unpacks `archive` into the new folder `out` (plain files with plain relative paths only)
+/// and verifies it; on any failure nothing is left at `out`.
+pub fn import(archive: &Path, out: &Path) -> Result<Manifest, ConfigErrors> {
+    if out.exists() {
+        return Err(error(format!(
+            "{} exists; import writes a new folder",
+            out.display()
+        )));
+    }
+    let unpacked = unpack(archive, out).and_then(|()| open(out));
+    match unpacked {
+        Ok(opened) => Ok(opened.manifest),
+        Err(errors) => {
+            let _ = std::fs::remove_dir_all(out);
+            Err(errors)
+        }
+    }
+}
+
+fn unpack(archive: &Path, out: &Path) -> Result<(), ConfigErrors> {
+    let file = std::fs::File::open(archive)
+        .map_err(|e| error(format!("cannot open {}: {e}", archive.display())))?;
+    let mut reader = tar::Archive::new(file);
+    let entries = reader
+        .entries()
+        .map_err(|e| error(format!("{} is not a tar archive: {e}", archive.display())))?;
+    let (mut total, mut count) = (0u64, 0usize);
+    std::fs::create_dir_all(out)
+        .map_err(|e| error(format!("cannot create {}: {e}", out.display())))?;
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|e| error(format!("{}: damaged archive: {e}", archive.display())))?;
+        count += 1;
+        total += entry.size();
+        if count > MAX_ENTRIES || total > MAX_ARCHIVE_BYTES {
+            return Err(error(format!(
+                "{}: more than {MAX_ENTRIES} entries or {MAX_ARCHIVE_BYTES} bytes",
+                archive.display()
+            )));
+        }
+        let path = entry
+            .path()
+            .map_err(|e| error(format!("{}: unreadable entry name: {e}", archive.display())))?
+            .into_owned();
+        let plain = path.components().all(|c| matches!(c, Component::Normal(_)));
+        if entry.header().entry_type() != tar::EntryType::Regular || !plain {
+            return Err(error(format!(
+                "{}: entry {} is not a plain file inside the bundle",
+                archive.display(),
+                path.display()
+            )));
+        }
+        let target = out.join(&path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| error(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let mut file = std::fs::File::create(&target)
+            .map_err(|e| error(format!("cannot create {}: {e}", target.display())))?;
+        std::io::copy(&mut entry, &mut file)
+            .map_err(|e| error(format!("cannot write {}: {e}", target.display())))?;
+    }
+    Ok(())
+}
+
 impl Bundle {
     /// Writes this bundle, plus `evidence` (role, file name, bytes) under `evidence/`, into the
     /// empty or absent folder `out`: a new bundle, whose digest covers the evidence too. The

@@ -1,0 +1,55 @@
+//! Any sequence of ext_proc messages into one stream's state, as Envoy could send them in any
+//! order (headers, bodies, trailers, the response phases, duplicated or missing): the input is
+//! split into frames (a two-byte length, then the bytes of one `ProcessingRequest`), each
+//! decoded and handled in turn. Never a panic, whatever the order.
+#![no_main]
+
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
+use libfuzzer_sys::fuzz_target;
+use mom_router::config::{compile_str, Snapshot};
+use mom_router::engine::Services;
+use mom_router::extproc::stream::StreamState;
+use mom_router::observability::Metrics;
+use prost::Message;
+use std::sync::{Arc, OnceLock};
+
+/// A rule-only policy with every kind of signal that needs no model.
+const POLICY: &str = include_str!("../../tests/fixtures/rule-signals.yaml");
+
+/// Most messages one input feeds.
+const MAX_FRAMES: usize = 16;
+
+fn fixture() -> &'static (Arc<Snapshot>, Arc<Metrics>, Services, tokio::runtime::Runtime) {
+    static FIXTURE: OnceLock<(Arc<Snapshot>, Arc<Metrics>, Services, tokio::runtime::Runtime)> =
+        OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let snapshot = compile_str(POLICY).unwrap_or_else(|e| panic!("fuzz policy: {e}"));
+        let services = Services::offline(&snapshot);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        (Arc::new(snapshot), Arc::new(Metrics::new()), services, runtime)
+    })
+}
+
+fuzz_target!(|input: &[u8]| {
+    let (snapshot, metrics, services, runtime) = fixture();
+    let mut frames = Vec::new();
+    let mut rest = input;
+    while frames.len() < MAX_FRAMES && rest.len() >= 2 {
+        let length = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);
+        let (frame, after) = rest[2..].split_at(length);
+        rest = after;
+        if let Ok(message) = ProcessingRequest::decode(frame) {
+            frames.push(message);
+        }
+    }
+    let mut state = StreamState::new(snapshot.clone(), metrics.clone(), services.clone());
+    runtime.block_on(async {
+        for message in frames {
+            let _ = state.handle(message).await;
+            let _ = state.resume().await;
+        }
+    });
+});
