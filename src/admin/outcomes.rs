@@ -286,9 +286,15 @@ mod tests {
         let flood = parse(format!("[{}]", many.join(",")).as_bytes());
         let (message, code) = flood.err().unwrap_or_default();
         assert_eq!(code, "invalid_outcome");
-        assert!(message.starts_with("1001 outcomes in one body"), "{message}");
+        assert!(
+            message.starts_with("1001 outcomes in one body"),
+            "{message}"
+        );
         let shape = parse(b"0").err().unwrap_or_default();
-        assert!(shape.0.starts_with("the body must be an outcome object"), "{shape:?}");
+        assert!(
+            shape.0.starts_with("the body must be an outcome object"),
+            "{shape:?}"
+        );
     }
 
     #[test]
