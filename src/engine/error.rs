@@ -131,6 +131,7 @@ impl RouteError {
             Self::BadRequest(RequestError::NotAnObject) => "invalid_json",
             Self::BadRequest(RequestError::MissingField(_)) => "missing_field",
             Self::BadRequest(RequestError::WrongType { .. }) => "invalid_type",
+            Self::BadRequest(RequestError::TooMany { .. }) => "too_many_entries",
             Self::UnknownModel { .. } => "model_not_found",
             Self::TooLarge { .. } => "request_too_large",
             Self::NotFound { .. } => "not_found",

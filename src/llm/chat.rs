@@ -32,7 +32,23 @@ pub enum RequestError {
         /// The expected type, as a phrase.
         expected: &'static str,
     },
+    /// A list holds more entries than one request may.
+    #[error("field `{field}` holds {count} entries; at most {max} are accepted")]
+    TooMany {
+        /// The list (`messages`, `tools`).
+        field: &'static str,
+        /// How many it holds.
+        count: usize,
+        /// The bound.
+        max: usize,
+    },
 }
+
+/// Most messages one request may hold: every signal reads the conversation once, and this
+/// keeps that work bounded whatever the body size allows.
+pub const MAX_MESSAGES: usize = 4_096;
+/// Most tools one request may declare.
+pub const MAX_TOOLS: usize = 512;
 
 /// One chat message reduced to what signals read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +99,13 @@ impl ChatRequest {
         };
         let messages = match object.get("messages") {
             None => return Err(RequestError::MissingField("messages")),
+            Some(Value::Array(items)) if items.len() > MAX_MESSAGES => {
+                return Err(RequestError::TooMany {
+                    field: "messages",
+                    count: items.len(),
+                    max: MAX_MESSAGES,
+                })
+            }
             Some(Value::Array(items)) if !items.is_empty() => parse_messages(items)?,
             Some(_) => return Err(wrong_type("messages", "a non-empty array of messages")),
         };
@@ -93,6 +116,13 @@ impl ChatRequest {
         };
         let has_tools = match object.get("tools") {
             None | Some(Value::Null) => false,
+            Some(Value::Array(tools)) if tools.len() > MAX_TOOLS => {
+                return Err(RequestError::TooMany {
+                    field: "tools",
+                    count: tools.len(),
+                    max: MAX_TOOLS,
+                })
+            }
             Some(Value::Array(tools)) => !tools.is_empty(),
             Some(_) => return Err(wrong_type("tools", "an array")),
         };
@@ -262,6 +292,29 @@ mod tests {
 
     fn parse(body: &str) -> Result<ChatRequest, RequestError> {
         ChatRequest::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn message_and_tool_lists_are_bounded() {
+        let message = r#"{"role":"user","content":"hi"}"#;
+        let at = |n: usize| vec![message; n].join(",");
+        let fits = format!(r#"{{"model":"m","messages":[{}]}}"#, at(MAX_MESSAGES));
+        assert!(parse(&fits).is_ok());
+        let over = format!(r#"{{"model":"m","messages":[{}]}}"#, at(MAX_MESSAGES + 1));
+        assert_eq!(
+            parse(&over).unwrap_err().to_string(),
+            "field `messages` holds 4097 entries; at most 4096 are accepted"
+        );
+        let tools = vec![r#"{"type":"function"}"#; MAX_TOOLS + 1].join(",");
+        let over = format!(r#"{{"model":"m","messages":[{message}],"tools":[{tools}]}}"#);
+        assert!(matches!(
+            parse(&over),
+            Err(RequestError::TooMany {
+                field: "tools",
+                count: 513,
+                max: 512
+            })
+        ));
     }
 
     #[test]
