@@ -85,6 +85,12 @@ pub fn parse(body: &[u8]) -> Result<Vec<(String, Outcome)>, (String, &'static st
             ))
         }
     };
+    if parsed.is_empty() {
+        return Err((
+            "the body lists no outcome; send one outcome object or a non-empty array".to_owned(),
+            "invalid_outcome",
+        ));
+    }
     if parsed.len() > MAX_OUTCOMES {
         return Err((
             format!(
@@ -290,6 +296,9 @@ mod tests {
             message.starts_with("1001 outcomes in one body"),
             "{message}"
         );
+        // Found by fuzzing: an empty array used to be accepted, crediting nothing.
+        let empty = parse(b"[]").err().unwrap_or_default();
+        assert!(empty.0.starts_with("the body lists no outcome"), "{empty:?}");
         let shape = parse(b"0").err().unwrap_or_default();
         assert!(
             shape.0.starts_with("the body must be an outcome object"),
