@@ -298,7 +298,10 @@ mod tests {
         );
         // Found by fuzzing: an empty array used to be accepted, crediting nothing.
         let empty = parse(b"[]").err().unwrap_or_default();
-        assert!(empty.0.starts_with("the body lists no outcome"), "{empty:?}");
+        assert!(
+            empty.0.starts_with("the body lists no outcome"),
+            "{empty:?}"
+        );
         let shape = parse(b"0").err().unwrap_or_default();
         assert!(
             shape.0.starts_with("the body must be an outcome object"),

@@ -342,8 +342,15 @@ impl StreamState {
                     })
                     .inc();
                 match trace.error {
-                    Some((code, Fault::Internal)) => {
+                    Some((code @ "router_misconfigured", Fault::Internal)) => {
                         tracing::error!(code, "refused request: mom-router or Envoy misconfigured");
+                    }
+                    Some((code, Fault::Internal)) => {
+                        // Overload, a failing model or upstream: counted in mom_immediate_replies_total.
+                        tracing::warn!(
+                            code,
+                            "refused request: a model, guard or recipe could not answer"
+                        );
                     }
                     Some((code, Fault::Client)) => tracing::debug!(code, "refused request"),
                     None => {}

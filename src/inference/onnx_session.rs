@@ -82,11 +82,17 @@ pub fn open_session(
     let env = environment(library)?;
     let mut skipped = Vec::new();
     for (i, name) in providers.iter().enumerate() {
+        // No memory arena and no memory patterns: inputs change shape with every batch (text
+        // length), and both keep what the largest shapes needed. Under a soak of mixed request
+        // sizes the arena grew the process past 3 GiB within a minute.
         let builder = Session::builder(&env)
             .and_then(|b| b.with_intra_threads(threads.max(1)).map_err(Into::into))
+            .and_then(|b| b.with_memory_pattern(false).map_err(Into::into))
             .map_err(|e| InferenceError::Load(e.to_string()))?;
         let builder = match provider(name) {
-            None => Ok(builder),
+            None => builder
+                .with_execution_providers([ep::CPU::default().with_arena_allocator(false).build()])
+                .map_err(|e| e.to_string()),
             Some(dispatch) => builder
                 .with_execution_providers([dispatch])
                 .map_err(|e| e.to_string()),
