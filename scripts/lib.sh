@@ -322,6 +322,18 @@ start_eval_stack() {
   done
 }
 
+# start_fake_backends RUN: the three FAKE backends (the release build of examples/fake_openai) on
+# the quickstart's backend ports, logs in RUN; their PIDs join PIDS. FAKE_CHUNK_PAUSE_MS and
+# FAKE_DELAY_MS in the environment pace them.
+start_fake_backends() {
+  local run=$1 line port name
+  for line in "8101 smollm2-135m" "8102 qwen2.5-coder-0.5b" "8103 gemma3-270m"; do
+    read -r port name <<<"$line"
+    "$CARGO_TARGET_DIR/release/examples/fake_openai" "$port" "$name" >"$run/$name.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
 # stop_eval_stack: stops what start_eval_stack started.
 stop_eval_stack() {
   trap - EXIT

@@ -22,11 +22,7 @@ cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for line in "8101 smollm2-135m" "8102 qwen2.5-coder-0.5b" "8103 gemma3-270m"; do
-  read -r port name <<<"$line"
-  "$BIN/examples/fake_openai" "$port" "$name" >"$RUN/$name.log" 2>&1 &
-  PIDS+=($!)
-done
+start_fake_backends "$RUN"
 "$BIN/mom-router" serve --config "${MOM_CONFIG:-examples/rules/config.yaml}" ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
 ROUTER=$!
 PIDS+=($ROUTER)
