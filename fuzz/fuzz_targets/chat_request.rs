@@ -4,26 +4,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mom_router::config::{compile_str, Snapshot};
-use mom_router::engine::{self, Action, Services};
+use mom_router::engine::{self, Action};
 use mom_router::llm::Headers;
-use std::sync::OnceLock;
 
-/// A rule-only policy with every kind of signal that needs no model.
-const POLICY: &str = include_str!("../../tests/fixtures/rule-signals.yaml");
-
-fn fixture() -> &'static (Snapshot, Services, tokio::runtime::Runtime) {
-    static FIXTURE: OnceLock<(Snapshot, Services, tokio::runtime::Runtime)> = OnceLock::new();
-    FIXTURE.get_or_init(|| {
-        let snapshot = compile_str(POLICY).unwrap_or_else(|e| panic!("fuzz policy: {e}"));
-        let services = Services::offline(&snapshot);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        (snapshot, services, runtime)
-    })
-}
+#[path = "fixture.rs"]
+mod fixture;
+use fixture::fixture;
 
 fuzz_target!(|body: &[u8]| {
     let (snapshot, services, runtime) = fixture();

@@ -6,35 +6,26 @@
 
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
 use libfuzzer_sys::fuzz_target;
-use mom_router::config::{compile_str, Snapshot};
-use mom_router::engine::Services;
 use mom_router::extproc::stream::StreamState;
 use mom_router::observability::Metrics;
 use prost::Message;
 use std::sync::{Arc, OnceLock};
 
-/// A rule-only policy with every kind of signal that needs no model.
-const POLICY: &str = include_str!("../../tests/fixtures/rule-signals.yaml");
+#[path = "fixture.rs"]
+mod fixture;
+use fixture::fixture;
 
 /// Most messages one input feeds.
 const MAX_FRAMES: usize = 16;
 
-fn fixture() -> &'static (Arc<Snapshot>, Arc<Metrics>, Services, tokio::runtime::Runtime) {
-    static FIXTURE: OnceLock<(Arc<Snapshot>, Arc<Metrics>, Services, tokio::runtime::Runtime)> =
-        OnceLock::new();
-    FIXTURE.get_or_init(|| {
-        let snapshot = compile_str(POLICY).unwrap_or_else(|e| panic!("fuzz policy: {e}"));
-        let services = Services::offline(&snapshot);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        (Arc::new(snapshot), Arc::new(Metrics::new()), services, runtime)
-    })
+fn shared() -> &'static (Arc<mom_router::config::Snapshot>, Arc<Metrics>) {
+    static SHARED: OnceLock<(Arc<mom_router::config::Snapshot>, Arc<Metrics>)> = OnceLock::new();
+    SHARED.get_or_init(|| (Arc::new(fixture().0.clone()), Arc::new(Metrics::new())))
 }
 
 fuzz_target!(|input: &[u8]| {
-    let (snapshot, metrics, services, runtime) = fixture();
+    let (_, services, runtime) = fixture();
+    let (snapshot, metrics) = shared();
     let mut frames = Vec::new();
     let mut rest = input;
     while frames.len() < MAX_FRAMES && rest.len() >= 2 {
