@@ -20,5 +20,8 @@ fuzz_target!(|archive: &[u8]| {
     let entries: Vec<_> = std::fs::read_dir(dir.path())
         .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
         .unwrap_or_default();
-    assert!(entries.iter().all(|name| name == "in.tar" || name == "out"), "{entries:?}");
+    assert!(
+        entries.iter().all(|name| name == "in.tar" || name == "out"),
+        "{entries:?}"
+    );
 });

@@ -5,7 +5,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    if let Err(errors) = mom_router::config::compile_in(text, std::path::Path::new("/nonexistent")) {
+    if let Err(errors) = mom_router::config::compile_in(text, std::path::Path::new("/nonexistent"))
+    {
         assert!(!errors.to_string().is_empty());
     }
 });

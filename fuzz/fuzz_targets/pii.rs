@@ -19,7 +19,10 @@ fuzz_target!(|text: &str| {
         return;
     };
     let masker = Masker::mask(map, |_| true);
-    let masked = map["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
+    let masked = map["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     // A text that already holds placeholder-like brackets may not round-trip exactly; one
     // without brackets must.
     if !text.contains('[') {
