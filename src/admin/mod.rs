@@ -148,7 +148,7 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
     if text.ends_with("# EOF\n") {
         text.truncate(text.len() - "# EOF\n".len());
     }
-    let families: [CounterFamily; 5] = [
+    let families: [CounterFamily; 6] = [
         (
             "mom_model_batches",
             "Forward passes run by a model worker",
@@ -173,6 +173,11 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
             "mom_model_restarts",
             "Times a model worker reloaded its model after a panic",
             |s| s.restarts.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_abandoned",
+            "Queued texts a model worker skipped because their caller had gone",
+            |s| s.abandoned.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, read) in families {

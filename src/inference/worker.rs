@@ -41,6 +41,9 @@ pub struct EncoderStats {
     pub cache_hits: AtomicU64,
     /// Times the model was loaded again after a panic.
     pub restarts: AtomicU64,
+    /// Queued texts dropped unrun because their caller had already gone (a client or Envoy
+    /// gave up on the request).
+    pub abandoned: AtomicU64,
     /// Set when the worker thread has ended (a panic in the model included): every call then
     /// fails, and `/ready` says so.
     pub stopped: std::sync::atomic::AtomicBool,
@@ -82,6 +85,17 @@ type Answer<O> = Result<Arc<O>, InferenceError>;
 enum ReplyTo<O> {
     Async(tokio::sync::oneshot::Sender<Answer<O>>),
     Blocking(mpsc::Sender<Answer<O>>),
+}
+
+impl<O> ReplyTo<O> {
+    /// Whether the caller stopped waiting (its future was dropped). A blocking caller always
+    /// waits.
+    fn abandoned(&self) -> bool {
+        match self {
+            Self::Async(tx) => tx.is_closed(),
+            Self::Blocking(_) => false,
+        }
+    }
 }
 
 struct Job<O> {
@@ -290,6 +304,16 @@ fn serve<M: Batched>(
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
+        // Under overload a queue holds work for requests already given up on: skip it.
+        let waiting = jobs.len();
+        jobs.retain(|job| !job.reply.abandoned());
+        let dropped = (waiting - jobs.len()) as u64;
+        if dropped > 0 {
+            stats.abandoned.fetch_add(dropped, Ordering::Relaxed);
+        }
+        if jobs.is_empty() {
+            continue;
+        }
         let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
         let result = model.run(&texts);
         stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -349,6 +373,48 @@ mod tests {
         fn describe(&self) -> String {
             "fragile".to_owned()
         }
+    }
+
+    /// Sleeps 200 ms per batch, then answers each text's length.
+    struct Slow;
+
+    impl Batched for Slow {
+        type Output = usize;
+
+        fn run(&mut self, texts: &[&str]) -> Result<Vec<usize>, InferenceError> {
+            std::thread::sleep(Duration::from_millis(200));
+            Ok(texts.iter().map(|t| t.len()).collect())
+        }
+
+        fn describe(&self) -> String {
+            "slow".to_owned()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_texts_whose_caller_left_are_skipped_not_run() {
+        let settings = BatchSettings {
+            max_batch: 1,
+            max_wait: Duration::from_millis(1),
+            queue: 8,
+            cache_entries: 16,
+        };
+        let handle = Arc::new(
+            ModelHandle::start("slow", settings, || Ok(Slow)).unwrap_or_else(|e| panic!("{e}")),
+        );
+        // The first call keeps the worker busy; the second's caller gives up while it waits.
+        let busy = {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.call("first").await.map(|n| *n) })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), handle.call("left")).await;
+        assert!(gave_up.is_err(), "the call was still waiting");
+        assert_eq!(busy.await.ok(), Some(Ok(5)));
+        // A later call runs; the abandoned one never did.
+        assert_eq!(handle.call("after").await.map(|n| *n), Ok(5));
+        assert_eq!(handle.stats().abandoned.load(Ordering::SeqCst), 1);
+        assert_eq!(handle.stats().items.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
