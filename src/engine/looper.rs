@@ -41,6 +41,8 @@ pub struct LooperTrace {
     /// Estimated energy of its calls in joules: each model's declared power × the call's
     /// latency (0 for models that declare none).
     pub energy_joules: f64,
+    /// The same estimate for each step, in step order.
+    pub step_energy: Vec<f64>,
     /// Time the recipe took, start to end, in milliseconds.
     pub wall_ms: f64,
     pending: (u64, u64, f64),
@@ -56,6 +58,7 @@ impl LooperTrace {
             cost: 0.0,
             step_usage: Vec::new(),
             energy_joules: 0.0,
+            step_energy: Vec::new(),
             wall_ms: 0.0,
             pending: (0, 0, 0.0),
         }

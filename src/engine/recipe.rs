@@ -22,7 +22,7 @@ pub(super) async fn run(
     let mut routed = run_recipe(snapshot, client, state, decision, looper, request, trace).await;
     if let Some(record) = routed.trace.looper.as_mut() {
         record.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
-        record.energy_joules = record
+        record.step_energy = record
             .steps
             .iter()
             .map(|step| {
@@ -30,7 +30,8 @@ pub(super) async fn run(
                     .model(&step.model)
                     .map_or(0.0, |model| model.energy_joules(step.latency_ms))
             })
-            .sum();
+            .collect();
+        record.energy_joules = record.step_energy.iter().sum();
     }
     routed
 }

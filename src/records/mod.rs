@@ -144,9 +144,7 @@ pub fn from_trace(
                     prompt_tokens,
                     completion_tokens,
                     cost,
-                    energy_joules: snapshot
-                        .model(&step.model)
-                        .map_or(0.0, |model| model.energy_joules(step.latency_ms)),
+                    energy_joules: looper.step_energy.get(i).copied().unwrap_or_default(),
                 }
             })
             .collect(),
