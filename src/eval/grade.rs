@@ -1,12 +1,8 @@
-//! Grading an answer under its item's output contract. HumanEval code runs in a sandboxed
-//! subprocess: `python3 -I` (no user site, no environment), an empty temporary working folder,
-//! a cleared environment, limits on address space, CPU time, file size and open files set before
-//! the candidate runs, a wall-clock timeout after which it is killed, and bounded output.
+//! Grading an answer under its item's output contract; HumanEval code runs in the sandbox
+//! ([`super::sandbox`]).
 
+use super::sandbox::{run_python, Sandbox};
 use super::suite::{Item, Kind};
-use std::process::Stdio;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How one answer fared.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,28 +14,19 @@ pub struct Grade {
 }
 
 impl Grade {
-    fn pass() -> Self {
+    pub(super) fn pass() -> Self {
         Self {
             score: 1.0,
             detail: String::new(),
         }
     }
 
-    fn fail(detail: impl Into<String>) -> Self {
+    pub(super) fn fail(detail: impl Into<String>) -> Self {
         Self {
             score: 0.0,
             detail: detail.into(),
         }
     }
-}
-
-/// Where and how long HumanEval code may run.
-#[derive(Debug, Clone)]
-pub struct Sandbox {
-    /// The Python interpreter.
-    pub python: String,
-    /// Wall-clock limit for one program (also its CPU-time limit).
-    pub timeout: Duration,
 }
 
 /// Grades `answer` for `item`.
@@ -200,185 +187,6 @@ pub fn humaneval_program(item: &Item, answer: &str) -> String {
     )
 }
 
-/// Sets the limits, reads the run's marker (first line of stdin) and the program (the rest),
-/// runs the program as `__main__`, and writes the marker only when the program ran to its end:
-/// a program that exits early (`sys.exit(0)`, `os._exit(0)`) before its tests ran does not pass.
-const LAUNCHER: &str = r#"
-import os, resource, sys
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
-resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-if os.getuid() != 0:
-    # RLIMIT_NPROC counts every task of the user: allow 16 more than run now.
-    tasks = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.stat("/proc/" + pid).st_uid == os.getuid():
-                tasks += len(os.listdir("/proc/" + pid + "/task"))
-        except OSError:
-            pass
-    resource.setrlimit(resource.RLIMIT_NPROC, (tasks + 16, tasks + 16))
-def run(marker=sys.stdin.readline().strip()):
-    source = sys.stdin.read()
-    sys.argv = ["candidate.py"]
-    exec(compile(source, "candidate.py", "exec"), {"__name__": "__main__"})
-    sys.stdout.flush()
-    sys.stdout.write("\n" + marker + "\n")
-    sys.stdout.flush()
-run()
-"#;
-
-/// Output kept from a failing program, for the report.
-const KEPT_OUTPUT: usize = 4096;
-
-/// Standard output read from a program (its own output, then the marker).
-const KEPT_STDOUT: usize = 1024 * 1024;
-
-/// How the sandbox isolates a program beyond its resource limits, as `explain`-style text.
-pub fn isolation() -> &'static str {
-    if network_namespace().is_some() {
-        "rlimits (1 GiB memory, CPU, 1 MiB files, 64 files), own process group killed at the end, no network (unshare --net); as root the process count is not limited"
-    } else {
-        "rlimits (1 GiB memory, CPU, 1 MiB files, 64 files, 16 more processes), own process group killed at the end; network not isolated (needs root and unshare)"
-    }
-}
-
-/// `unshare`, when this process may give a child its own empty network namespace (root).
-fn network_namespace() -> Option<&'static str> {
-    static UNSHARE: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
-    *UNSHARE.get_or_init(|| {
-        let root = std::fs::read_to_string("/proc/self/status")
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .is_some_and(|ids| ids.split_whitespace().next() == Some("0"));
-        let tool = ["/usr/bin/unshare", "/bin/unshare"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())?;
-        // Only when it works here (a container may forbid new namespaces).
-        let works = std::process::Command::new(tool)
-            .args(["--net", "--", "true"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        (root && works).then_some(tool)
-    })
-}
-
-/// Kills every process of group `pgid` (the program and whatever it started).
-fn kill_group(pgid: u32) {
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Reads at most `limit` bytes of `pipe` on a task of its own.
-fn keep<R>(pipe: Option<R>, limit: usize) -> tokio::task::JoinHandle<Vec<u8>>
-where
-    R: tokio::io::AsyncRead + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut kept = Vec::new();
-        if let Some(pipe) = pipe {
-            let _ = pipe.take(limit as u64).read_to_end(&mut kept).await;
-        }
-        kept
-    })
-}
-
-/// Runs `program` in the sandbox: passes when it runs to its end and exits 0 in time.
-pub async fn run_python(program: &str, sandbox: &Sandbox) -> Grade {
-    let Ok(folder) = tempfile::tempdir() else {
-        return Grade::fail("cannot create a working folder");
-    };
-    // The CPU limit is a backstop one second past the wall clock, so a busy loop is reported
-    // as the timeout it is rather than racing the kernel's SIGXCPU.
-    let cpu_seconds = sandbox.timeout.as_secs().max(1) + 1;
-    let mut command = match network_namespace() {
-        Some(unshare) => {
-            let mut command = tokio::process::Command::new(unshare);
-            command.args(["--net", "--"]).arg(&sandbox.python);
-            command
-        }
-        None => tokio::process::Command::new(&sandbox.python),
-    };
-    let spawned = command
-        .arg("-I")
-        .arg("-c")
-        .arg(LAUNCHER)
-        .arg(cpu_seconds.to_string())
-        .current_dir(folder.path())
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => return Grade::fail(format!("cannot run {}: {e}", sandbox.python)),
-    };
-    let group = child.id();
-    let marker = format!("mom-router-passed-{:032x}", rand::random::<u128>());
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(format!("{marker}\n").as_bytes()).await;
-        let _ = stdin.write_all(program.as_bytes()).await;
-    }
-    // Past the kept parts the pipes close: a program flooding them gets EPIPE, not a full pipe
-    // to block on. Read beside the wait, since a child the program started may hold them open.
-    let out = keep(child.stdout.take(), KEPT_STDOUT);
-    let err = keep(child.stderr.take(), KEPT_OUTPUT);
-    let waited = tokio::time::timeout(sandbox.timeout, child.wait()).await;
-    // Whatever the program started dies with it; then the pipes close.
-    if let Some(group) = group {
-        kill_group(group);
-    }
-    let _ = child.kill().await;
-    let output = |task: tokio::task::JoinHandle<Vec<u8>>| async {
-        tokio::time::timeout(Duration::from_secs(1), task)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default()
-    };
-    let (out, kept) = (output(out).await, output(err).await);
-    let finished = waited.map(|status| (status, out, kept));
-    match finished {
-        Ok((Ok(status), out, _)) if status.success() => {
-            let out = String::from_utf8_lossy(&out);
-            if out.trim_end().ends_with(&marker) {
-                Grade::pass()
-            } else {
-                Grade::fail("exit 0 before the tests ran to their end")
-            }
-        }
-        Ok((Ok(status), _, kept)) => {
-            let text = String::from_utf8_lossy(&kept);
-            let last = text
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
-            let how = match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status),
-            ) {
-                (Some(code), _) => format!("exit {code}"),
-                (None, Some(signal)) => format!("killed by signal {signal}"),
-                (None, None) => "ended".to_owned(),
-            };
-            Grade::fail(format!("{how}: {last}"))
-        }
-        Ok((Err(e), _, _)) => Grade::fail(format!("cannot wait: {e}")),
-        Err(_) => Grade::fail(format!("timed out after {} s", sandbox.timeout.as_secs())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,74 +257,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn humaneval_code_passes_fails_and_times_out_in_the_sandbox() {
+    async fn humaneval_answers_pass_or_fail_on_the_items_tests() {
         let sandbox = Sandbox {
             python: "python3".to_owned(),
-            timeout: Duration::from_secs(5),
+            timeout: std::time::Duration::from_secs(5),
         };
         let good = "```python\ndef add(a, b):\n    return a + b\n```";
-        assert_eq!(
-            grade(&item(Kind::Humaneval), good, &sandbox).await.score,
-            1.0
+        let graded = grade(&item(Kind::Humaneval), good, &sandbox).await;
+        assert_eq!(graded.score, 1.0, "{}", graded.detail);
+        let wrong = "```python\ndef add(a, b):\n    return a - b\n```";
+        let graded = grade(&item(Kind::Humaneval), wrong, &sandbox).await;
+        assert_eq!(graded.score, 0.0);
+        assert!(
+            graded.detail.contains("AssertionError"),
+            "{}",
+            graded.detail
         );
-        let wrong = grade(
-            &item(Kind::Humaneval),
-            "```python\ndef add(a, b):\n    return a - b\n```",
-            &sandbox,
-        )
-        .await;
-        assert_eq!(wrong.score, 0.0);
-        assert!(wrong.detail.contains("AssertionError"), "{}", wrong.detail);
-        let quick = Sandbox {
-            python: "python3".to_owned(),
-            timeout: Duration::from_secs(1),
-        };
-        let endless = "```python\ndef add(a, b):\n    while True:\n        pass\n```";
-        let stuck = grade(&item(Kind::Humaneval), endless, &quick).await;
-        assert_eq!(stuck.score, 0.0);
-        assert!(stuck.detail.contains("timed out"), "{}", stuck.detail);
-        // The candidate cannot read the environment it was started from.
-        let snoop = "```python\nimport os\ndef add(a, b):\n    assert 'CARGO' not in ''.join(os.environ)\n    return a + b\n```";
-        assert_eq!(
-            grade(&item(Kind::Humaneval), snoop, &sandbox).await.score,
-            1.0
-        );
-    }
-
-    #[tokio::test]
-    async fn an_early_exit_fails_and_what_the_program_started_dies_with_it() {
-        let sandbox = Sandbox {
-            python: "python3".to_owned(),
-            timeout: Duration::from_secs(5),
-        };
-        for exit in ["import sys\nsys.exit(0)", "import os\nos._exit(0)"] {
-            let answer = format!("```python\n{exit}\ndef add(a, b):\n    return a - b\n```");
-            let graded = grade(&item(Kind::Humaneval), &answer, &sandbox).await;
-            assert_eq!(graded.score, 0.0, "{exit}");
-            assert!(
-                graded.detail.contains("before the tests ran"),
-                "{}",
-                graded.detail
-            );
-        }
-        // Printing is fine; a passing program still passes.
-        let chatty = "```python\nprint('hello ' * 1000)\ndef add(a, b):\n    return a + b\n```";
-        assert_eq!(
-            grade(&item(Kind::Humaneval), chatty, &sandbox).await.score,
-            1.0
-        );
-        // A child left running in the background is killed with the program's group.
-        let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let flag = folder.path().join("alive");
-        let daemon = format!(
-            "```python\nimport subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 2; touch {}'])\ndef add(a, b):\n    return a + b\n```",
-            flag.display()
-        );
-        assert_eq!(
-            grade(&item(Kind::Humaneval), &daemon, &sandbox).await.score,
-            1.0
-        );
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(!flag.exists(), "the background child outlived the program");
     }
 }

@@ -11,6 +11,7 @@
 pub mod gate;
 pub mod grade;
 pub mod report;
+pub mod sandbox;
 pub mod score;
 pub mod suite;
 
@@ -42,7 +43,7 @@ pub struct Options {
     /// Requests in flight at once.
     pub concurrency: usize,
     /// Where HumanEval code runs.
-    pub sandbox: grade::Sandbox,
+    pub sandbox: sandbox::Sandbox,
     /// Ask for streamed answers (`stream: true`, usage included) and time the first chunk.
     pub stream: bool,
 }
