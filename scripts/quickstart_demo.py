@@ -1,6 +1,9 @@
 """The quickstart's sample requests: each goes through Envoy on 127.0.0.1:10000; for each the
 demo prints mom-router's decision (x-mom-* headers), the start of the answer, and the matching
 Envoy access-log line. Usage: quickstart_demo.py ACCESS_LOG MODE"""
+import base64
+import hashlib
+import hmac
 import json
 import sys
 import time
@@ -16,6 +19,19 @@ def chat(text, model="mom/auto", stream=False):
     if stream:
         body["stream"] = True
     return json.dumps(body).encode()
+
+
+# envoy/quickstart.yaml's demo signing key: Envoy's jwt_authn verifies the token and hands its
+# claims to mom-router; a roles header a client sends itself counts for nothing.
+DEMO_KEY = b"mom-router-quickstart-demo-signing-key-not-for-production"
+
+
+def token(claims):
+    def part(data):
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    signed = part(b'{"alg":"HS256","typ":"JWT","kid":"quickstart"}') + "." + part(json.dumps(claims).encode())
+    signature = hmac.new(DEMO_KEY, signed.encode(), hashlib.sha256).digest()
+    return signed + "." + part(signature)
 
 
 SAMPLES = [
@@ -36,6 +52,8 @@ SAMPLES = [
      chat("My email is jane.doe@example.com. Repeat it back to me.", model="mom/secu")),
     ("explicit model", "POST", "/v1/chat/completions", chat("Say hello.", model="gemma3-270m")),
     ("premium canary", "POST", "/v1/chat/completions", chat("Tell me a fun fact."),
+     {"authorization": "Bearer " + token({"sub": "ana", "roles": ["premium"]}), "x-mom-canary": "true"}),
+    ("premium claimed by header only", "POST", "/v1/chat/completions", chat("Tell me a fun fact."),
      {"x-mom-user-roles": "premium", "x-mom-canary": "true"}),
     ("streaming", "POST", "/v1/chat/completions", chat("Write a rust function that adds two numbers.", stream=True)),
     ("malformed body", "POST", "/v1/chat/completions", b'{"model": "mom/auto", "messages": '),

@@ -83,8 +83,8 @@ fn explain_uses_headers_for_header_signals() {
     let out = explain(
         br#"{"model":"mom/auto","messages":[{"role":"user","content":"hello"}]}"#,
         &[
-            "--header",
-            "x-mom-user-roles: premium",
+            "--metadata",
+            r#"envoy.filters.http.jwt_authn={"jwt_payload":{"roles":["staff","premium"]}}"#,
             "--header",
             "x-mom-canary:true",
             "--header",
@@ -94,6 +94,17 @@ fn explain_uses_headers_for_header_signals() {
     assert_eq!(out["decision"], "premium_canary");
     assert_eq!(out["algorithm"], "weighted");
     assert_eq!(out["scores"].as_array().unwrap().len(), 2);
+    // The quickstart reads roles from verified claims: the header alone counts for nothing.
+    let claimed = explain(
+        br#"{"model":"mom/auto","messages":[{"role":"user","content":"hello"}]}"#,
+        &[
+            "--header",
+            "x-mom-user-roles: premium",
+            "--header",
+            "x-mom-canary:true",
+        ],
+    );
+    assert_eq!(claimed["decision"], "balanced");
 }
 
 #[test]

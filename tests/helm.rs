@@ -304,6 +304,25 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
         ["x-selected-model", "x-mom-internal-token", "x-mom-depth"]
     );
     assert_eq!(ext_proc["processing_mode"]["request_body_mode"], "BUFFERED");
+    // Metadata is forwarded to mom-router only from the namespaces the values name.
+    assert!(ext_proc["metadata_options"]["forwarding_namespaces"].is_null());
+    let set = "extProc.forwardMetadataNamespaces={envoy.filters.http.jwt_authn}";
+    let (_, forwarding) = render("standalone-values.yaml", &[set]);
+    let envoy = find(&forwarding, "ConfigMap", "mom-router-envoy")["data"]["envoy.yaml"]
+        .as_str()
+        .unwrap();
+    envoy_validates(envoy);
+    let parsed: Value = serde_yaml::from_str(envoy).unwrap();
+    let forwarded = &parsed["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+        ["typed_config"]["http_filters"][0]["typed_config"]["metadata_options"];
+    assert_eq!(
+        forwarded["forwarding_namespaces"]["untyped"][0],
+        "envoy.filters.http.jwt_authn"
+    );
+    assert_eq!(
+        forwarded["receiving_namespaces"]["untyped"][0],
+        "mom_router"
+    );
 
     let monitor = find(&documents, "ServiceMonitor", "mom-router");
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");

@@ -74,6 +74,11 @@ enum Command {
         /// Request header `name:value`; repeatable.
         #[arg(long = "header", value_name = "NAME:VALUE")]
         headers: Vec<String>,
+        /// Dynamic metadata Envoy would forward, `namespace=JSON object` (a verified token's
+        /// claims: `envoy.filters.http.jwt_authn={"jwt_payload":{"roles":["premium"]}}`);
+        /// repeatable.
+        #[arg(long = "metadata", value_name = "NAMESPACE=JSON")]
+        metadata: Vec<String>,
         /// HTTP method of the simulated request.
         #[arg(long, default_value = "POST")]
         method: String,
@@ -157,10 +162,17 @@ pub fn main() -> ExitCode {
         Command::Explain {
             config,
             headers,
+            metadata,
             method,
             path,
             request,
-        } => explain(&config, &headers, &method, &path, &request),
+        } => {
+            let Some(metadata) = forwarded_metadata(&metadata) else {
+                return ExitCode::FAILURE;
+            };
+            let headers = (headers.as_slice(), metadata);
+            explain(&config, headers, &method, &path, &request)
+        }
         Command::Train(args) => {
             crate::observability::logging::init(false);
             train::run_train(args)
@@ -305,7 +317,29 @@ fn read_request(source: &str) -> std::io::Result<Vec<u8>> {
     }
 }
 
-fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: &str) -> ExitCode {
+/// `--metadata namespace=JSON` values as forwarded metadata; `None` (said) when one is malformed.
+fn forwarded_metadata(values: &[String]) -> Option<serde_json::Map<String, Value>> {
+    let mut metadata = serde_json::Map::new();
+    for value in values {
+        let parsed = value
+            .split_once('=')
+            .and_then(|(namespace, json)| Some((namespace, serde_json::from_str(json).ok()?)));
+        let Some((namespace, fields @ Value::Object(_))) = parsed else {
+            eprintln!("mom-router: --metadata {value:?} must look like namespace={{JSON object}}");
+            return None;
+        };
+        metadata.insert(namespace.trim().to_owned(), fields);
+    }
+    Some(metadata)
+}
+
+fn explain(
+    config: &Path,
+    (headers, metadata): (&[String], serde_json::Map<String, Value>),
+    method: &str,
+    path: &str,
+    source: &str,
+) -> ExitCode {
     let snapshot = match config::load(config) {
         Ok(snapshot) => snapshot,
         Err(errors) => {
@@ -339,7 +373,8 @@ fn explain(config: &Path, headers: &[String], method: &str, path: &str, source: 
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    let routed = runtime.block_on(run_offline(&snapshot, &Headers::new(pairs), &body));
+    let headers = Headers::new(pairs).with_metadata(metadata);
+    let routed = runtime.block_on(run_offline(&snapshot, &headers, &body));
     let mut document = explain_json(&routed);
     document["encoder"] = json!(snapshot.encoder.as_ref().map(|e| e.describe()));
     document["ner"] = json!(snapshot.ner.as_ref().map(|n| n.describe()));

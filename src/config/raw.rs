@@ -358,14 +358,18 @@ pub enum RawSignal {
         #[serde(default)]
         scope: RawScope,
     },
-    /// Roles from a trusted identity header set by an upstream auth filter.
+    /// Roles from a trusted source: Envoy metadata a filter wrote, or an identity header.
     #[serde(rename_all = "camelCase")]
     Authz {
         /// Signal name.
         name: String,
-        /// Header holding comma-separated roles; default `x-mom-user-roles`.
-        #[serde(default = "default_roles_header")]
-        header: String,
+        /// Header holding comma-separated roles (default `x-mom-user-roles` when `metadata`
+        /// is not set); Envoy must strip it from client requests.
+        #[serde(default)]
+        header: Option<String>,
+        /// Forwarded dynamic metadata holding the roles (a verified token's claims).
+        #[serde(default)]
+        metadata: Option<RawMetadataSource>,
         /// Matches when the caller holds any of these roles.
         roles: Vec<String>,
     },
@@ -447,8 +451,14 @@ fn default_true() -> bool {
     true
 }
 
-fn default_roles_header() -> String {
-    "x-mom-user-roles".to_owned()
+/// Where in Envoy's forwarded dynamic metadata a value is read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetadataSource {
+    /// The filter namespace, e.g. `envoy.filters.http.jwt_authn`.
+    pub namespace: String,
+    /// Keys from the namespace to the value, e.g. `[jwt_payload, roles]`.
+    pub path: Vec<String>,
 }
 
 /// A boolean tree over signal names: each node sets exactly one of its four keys.

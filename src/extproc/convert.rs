@@ -35,6 +35,40 @@ pub fn headers_from(map: Option<&HeaderMap>) -> Headers {
     }))
 }
 
+/// Bound on the forwarded dynamic metadata read (values nested deeper are dropped): Envoy's
+/// filters write shallow structures; this keeps a hostile one from recursing without end.
+const METADATA_DEPTH: usize = 8;
+
+/// The dynamic metadata Envoy forwarded (only the namespaces its ext_proc filter is told to
+/// forward, `metadata_options.forwarding_namespaces`), as JSON by namespace.
+pub fn metadata_from(
+    metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
+) -> serde_json::Map<String, serde_json::Value> {
+    fn json(value: &Value, depth: usize) -> serde_json::Value {
+        match &value.kind {
+            _ if depth == 0 => serde_json::Value::Null,
+            Some(Kind::StringValue(s)) => serde_json::Value::String(s.clone()),
+            Some(Kind::BoolValue(b)) => serde_json::Value::Bool(*b),
+            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number),
+            Some(Kind::ListValue(list)) => {
+                serde_json::Value::Array(list.values.iter().map(|v| json(v, depth - 1)).collect())
+            }
+            Some(Kind::StructValue(s)) => object(s, depth - 1),
+            Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
+        }
+    }
+    fn object(s: &Struct, depth: usize) -> serde_json::Value {
+        let fields = s.fields.iter().map(|(k, v)| (k.clone(), json(v, depth)));
+        serde_json::Value::Object(fields.collect())
+    }
+    metadata
+        .into_iter()
+        .flat_map(|m| &m.filter_metadata)
+        .map(|(namespace, fields)| (namespace.clone(), object(fields, METADATA_DEPTH)))
+        .collect()
+}
+
 /// A header that replaces any value the request already has.
 pub fn set_header(name: &str, value: &str) -> HeaderValueOption {
     HeaderValueOption {

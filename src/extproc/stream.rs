@@ -155,8 +155,12 @@ impl StreamState {
     /// answer).
     pub async fn handle(&mut self, message: ProcessingRequest) -> Option<ProcessingResponse> {
         let started = Instant::now();
+        let metadata = message.metadata_context;
         let (phase, response) = match message.request? {
-            Request::RequestHeaders(h) => ("request_headers", self.on_request_headers(h)),
+            Request::RequestHeaders(h) => (
+                "request_headers",
+                self.on_request_headers(h, metadata.as_ref()),
+            ),
             Request::RequestBody(b) => match self.snapshot.looper_budget {
                 // A looper may run: ask Envoy for its deadline first, route on the next poll.
                 Some(budget) if b.end_of_stream => {
@@ -193,8 +197,13 @@ impl StreamState {
         Some(response)
     }
 
-    fn on_request_headers(&mut self, message: HttpHeaders) -> ProcessingResponse {
-        self.headers = convert::headers_from(message.headers.as_ref());
+    fn on_request_headers(
+        &mut self,
+        message: HttpHeaders,
+        metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
+    ) -> ProcessingResponse {
+        self.headers = convert::headers_from(message.headers.as_ref())
+            .with_metadata(convert::metadata_from(metadata));
         match engine::on_request_headers(&self.snapshot, &self.headers, message.end_of_stream) {
             Some(routed) => self.finish(routed),
             None => convert::continue_request_headers(),

@@ -19,7 +19,7 @@ pub mod pii_patterns;
 mod projection;
 pub mod text;
 
-pub use authz::AuthzSignal;
+pub use authz::{AuthzSignal, RolesSource};
 pub use classifier::ClassifierSignal;
 pub use conversation::{estimate_tokens, ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};

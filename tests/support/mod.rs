@@ -10,6 +10,7 @@
 
 pub mod envoy;
 pub mod fake_openai;
+pub mod jwt;
 pub mod redis;
 pub mod sidecar;
 pub mod stack;

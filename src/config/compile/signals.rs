@@ -18,7 +18,7 @@ use crate::selection::Candidate;
 use crate::signals::{
     exemplar_sets, Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, ExemplarSignal,
     KeywordOperator, KeywordSignal, Label, LanguageSignal, MetadataSignal, OnError, PiiSignal,
-    Scope, Signal, SignalError, SignalKind, TokenRange,
+    RolesSource, Scope, Signal, SignalError, SignalKind, TokenRange,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -111,11 +111,31 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
         RawSignal::Authz {
             name,
             header,
+            metadata,
             roles,
-        } => (
-            name,
-            SignalKind::Authz(AuthzSignal::new(header, roles).map_err(one)?),
-        ),
+        } => {
+            let source = match (header, metadata) {
+                (Some(_), Some(_)) => {
+                    return Err(one(SignalError::new(
+                        "metadata",
+                        "set either header or metadata, not both",
+                    )))
+                }
+                (_, Some(m)) => RolesSource::Metadata {
+                    namespace: m.namespace.clone(),
+                    path: m.path.clone(),
+                },
+                (header, None) => RolesSource::Header(
+                    header
+                        .clone()
+                        .unwrap_or_else(|| "x-mom-user-roles".to_owned()),
+                ),
+            };
+            (
+                name,
+                SignalKind::Authz(AuthzSignal::new(source, roles).map_err(one)?),
+            )
+        }
         RawSignal::Embedding {
             name,
             candidates,
