@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::envoy;
 use support::eventually;
+use support::jwt;
 use support::sidecar::quickstart_config;
 use support::stack::{ask, header, Stack};
 
@@ -46,12 +47,8 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
             "smollm2-135m",
             "personal_data",
         ),
-        (
-            "smalltalk",
-            "Hi! How are you today?",
-            "smollm2-135m",
-            "none",
-        ),
+        // No rule catches small talk: the learned head picks (checked below, whatever it picks).
+        ("smalltalk", "Hi! How are you today?", "", "balanced"),
         (
             "long",
             &"Tell me a story about the sea. ".repeat(300),
@@ -62,6 +59,14 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
     for (marker, text, model, decision) in cases {
         let response = stack.chat(&ask(text), marker).await;
         assert_eq!(response.status(), 200, "{marker}");
+        let learned = model.is_empty();
+        let model = if learned {
+            header(&response, "x-mom-model")
+        } else {
+            model.to_owned()
+        };
+        let model = model.as_str();
+        assert!(stack.backends.contains_key(model), "{marker}: {model}");
         assert_eq!(header(&response, "x-fake-backend"), model, "{marker}");
         assert_eq!(header(&response, "x-mom-model"), model, "{marker}");
         assert_eq!(header(&response, "x-mom-decision"), decision, "{marker}");
@@ -75,8 +80,13 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
         assert_eq!(log["mom_identity"], "mom/auto");
         assert_eq!(log["mom_decision"], decision);
         assert_eq!(log["mom_model"], model);
-        assert_eq!(log["mom_algorithm"], "static");
-        assert_eq!(log["mom_confidence"], 1.0);
+        if learned {
+            assert_eq!(log["mom_algorithm"], "learned");
+            assert_eq!(header(&response, "x-mom-algorithm"), "learned");
+        } else {
+            assert_eq!(log["mom_algorithm"], "static");
+            assert_eq!(log["mom_confidence"], 1.0);
+        }
         assert!(log["mom_config_version"]
             .as_str()
             .unwrap()
@@ -87,15 +97,27 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn premium_canary_traffic_is_split_by_weight_and_others_are_not() {
     let stack = Stack::start().await;
+    let premium = jwt::token(
+        &json!({"sub": "ana", "roles": ["staff", "premium"]}),
+        jwt::QUICKSTART_KEY,
+    );
+    let send = |marker: String, token: Option<String>, roles: Option<&'static str>| {
+        let mut request = stack
+            .client
+            .post(stack.url("/v1/chat/completions", &marker))
+            .header("x-mom-canary", "true")
+            .body(ask("tell me a fun fact").to_string());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(roles) = roles {
+            request = request.header("x-mom-user-roles", roles);
+        }
+        request.send()
+    };
     let mut served = std::collections::BTreeMap::new();
     for i in 0..24 {
-        let response = stack
-            .client
-            .post(stack.url("/v1/chat/completions", &format!("canary{i}")))
-            .header("x-mom-user-roles", "staff, premium")
-            .header("x-mom-canary", "true")
-            .body(ask("tell me a fun fact").to_string())
-            .send()
+        let response = send(format!("canary{i}"), Some(premium.clone()), None)
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
@@ -111,15 +133,34 @@ async fn premium_canary_traffic_is_split_by_weight_and_others_are_not() {
     }
     let models: Vec<&String> = served.keys().collect();
     assert_eq!(models, vec!["gemma3-270m", "smollm2-135m"], "{served:?}");
-    let response = stack
-        .client
-        .post(stack.url("/v1/chat/completions", "not-premium"))
-        .header("x-mom-canary", "true")
-        .body(ask("tell me a fun fact").to_string())
-        .send()
+    // Roles come only from the verified token: a client claiming them by header is not premium,
+    // nor is a token with other roles.
+    let spoofed = send("spoofed".to_owned(), None, Some("premium"))
         .await
         .unwrap();
-    assert_eq!(header(&response, "x-mom-decision"), "none");
+    assert_eq!(spoofed.status(), 200);
+    assert_eq!(header(&spoofed, "x-mom-decision"), "balanced");
+    let staff = jwt::token(
+        &json!({"sub": "bo", "roles": ["staff"]}),
+        jwt::QUICKSTART_KEY,
+    );
+    let other = send("staff".to_owned(), Some(staff), None).await.unwrap();
+    assert_eq!(header(&other, "x-mom-decision"), "balanced");
+    // A token not signed with the provider's key never reaches mom-router.
+    let forged = jwt::token(&json!({"roles": ["premium"]}), b"a key the client made up");
+    let refused = send("forged".to_owned(), Some(forged), None).await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(stack.envoy.access_log_line("forged").await["status"], 401);
+}
+
+#[test]
+fn the_test_tokens_hmac_matches_rfc_4231() {
+    let mac = jwt::hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        hex,
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,20 +196,20 @@ async fn a_client_spoofed_selected_model_header_is_overwritten() {
         .post(stack.url("/v1/chat/completions", "spoof"))
         .header("x-selected-model", "gemma3-270m")
         .header("x-mom-internal-token", "guess")
-        .body(ask("hello friend").to_string())
+        .body(ask("Write a python function that sorts a list").to_string())
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-fake-backend"), "smollm2-135m");
-    let seen = stack.backends["smollm2-135m"].seen.lock().unwrap()[0].clone();
+    assert_eq!(header(&response, "x-fake-backend"), "qwen2.5-coder-0.5b");
+    let seen = stack.backends["qwen2.5-coder-0.5b"].seen.lock().unwrap()[0].clone();
     let values: Vec<&String> = seen
         .headers
         .iter()
         .filter(|(k, _)| k == "x-selected-model")
         .map(|(_, v)| v)
         .collect();
-    assert_eq!(values, vec!["smollm2-135m"]);
+    assert_eq!(values, vec!["qwen2.5-coder-0.5b"]);
     assert!(!seen
         .headers
         .iter()

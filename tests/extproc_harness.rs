@@ -263,7 +263,10 @@ async fn a_reload_applies_to_the_next_stream_and_a_stream_keeps_its_snapshot() {
     let before = sidecar.version();
     sidecar.rewrite_config(
         &quickstart_config()
-            .replace("defaultModel: smollm2-135m", "defaultModel: gemma3-270m")
+            .replace(
+                "rules: { signal: code }\n    modelRefs: [{ model: qwen2.5-coder-0.5b }]",
+                "rules: { signal: code }\n    modelRefs: [{ model: gemma3-270m }]",
+            )
             .replace(
                 "name: mom/auto\n    version: \"1\"",
                 "name: mom/auto\n    version: \"2\"",
@@ -274,17 +277,17 @@ async fn a_reload_applies_to_the_next_stream_and_a_stream_keeps_its_snapshot() {
     })
     .await;
     assert!(changed.is_some(), "reload not applied");
-    let small_talk =
-        json!({"model": "mom/auto", "messages": [{"role": "user", "content": "hello"}]})
-            .to_string();
-    let old = old_stream.send(body(small_talk.as_bytes(), true)).await;
+    let code_request = json!({"model": "mom/auto",
+        "messages": [{"role": "user", "content": "fix this python bug"}]})
+    .to_string();
+    let old = old_stream.send(body(code_request.as_bytes(), true)).await;
     assert_eq!(
         get(&set_headers(&old), "x-selected-model"),
-        Some("smollm2-135m")
+        Some("qwen2.5-coder-0.5b")
     );
     let mut new_stream = FakeEnvoy::open(sidecar.grpc_port()).await;
     new_stream.send(headers(POST_CHAT, false)).await;
-    let new = new_stream.send(body(small_talk.as_bytes(), true)).await;
+    let new = new_stream.send(body(code_request.as_bytes(), true)).await;
     assert_eq!(
         get(&set_headers(&new), "x-selected-model"),
         Some("gemma3-270m")

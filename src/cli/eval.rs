@@ -3,7 +3,7 @@
 //! finished (whatever the scores), 1 when every request of some target failed or a `--gate`
 //! criterion failed (the scorecard is still written), 2 when the inputs are unusable.
 
-use crate::eval::{self, gate, grade::Sandbox, report, score::Outcome, suite};
+use crate::eval::{self, gate, report, sandbox::Sandbox, score::Outcome, suite};
 use crate::records::traces::{self, TraceRow};
 use clap::Args;
 use std::path::PathBuf;
@@ -166,7 +166,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
     {
         eprintln!(
             "mom-router eval: code runs in a sandbox: {}",
-            crate::eval::grade::isolation()
+            crate::eval::sandbox::isolation()
         );
     }
     let total = (items.len() * options.targets().len()) as u64;
