@@ -121,3 +121,56 @@ async fn a_client_that_leaves_mid_cascade_stops_the_cascade() {
     let next = stack.chat(&ask("still there?"), "after-leave").await;
     assert_eq!(next.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
+    // Queues of one text: concurrent requests find the PII classifier (and encoder) busy.
+    let config = quickstart_config()
+        .replace(
+            "    maxTokens: 128\n    minScore: 0.6\n",
+            "    maxTokens: 128\n    minScore: 0.6\n    queue: 1\n    maxBatch: 1\n",
+        )
+        .replace(
+            "    maxTokens: 256\n  ner:",
+            "    maxTokens: 256\n    queue: 1\n    maxBatch: 1\n  ner:",
+        );
+    assert_eq!(config.matches("queue: 1").count(), 2);
+    let stack = Stack::start_with_config(&config).await;
+    let sends = (0..24).map(|i| {
+        let text = format!("Request {i}: summarise the minutes of the harbour committee.");
+        let mut body = ask(&text);
+        body["model"] = "mom/secu".into();
+        stack
+            .client
+            .post(stack.url("/v1/chat/completions", &format!("flood{i}")))
+            .body(body.to_string())
+            .send()
+    });
+    let mut answered = 0;
+    let mut blocked = 0;
+    for response in futures_util::future::join_all(sends).await {
+        let response = response.unwrap();
+        match response.status().as_u16() {
+            200 => answered += 1,
+            503 => {
+                let error: Value = response.json().await.unwrap();
+                assert_eq!(error["error"]["code"], "policy_unavailable", "{error}");
+                blocked += 1;
+            }
+            other => panic!("status {other}: {}", response.text().await.unwrap()),
+        }
+    }
+    assert!(blocked > 0, "no request found a guard model busy");
+    // A blocked request never reached a model; each one is counted.
+    assert_eq!(stack.requests_seen(), answered);
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    let errors: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("mom_signal_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        errors >= blocked as f64,
+        "{blocked} blocked, {errors} errors\n{metrics}"
+    );
+}

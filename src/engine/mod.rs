@@ -253,7 +253,10 @@ pub async fn on_request_body(
                 };
                 decided::carry_out(snapshot, services, identity, headers, request, decided).await
             }
-            Err(error) => refusal(snapshot, error),
+            Err(refused) => {
+                let (error, evidence) = *refused;
+                refusal_after(error, evidence)
+            }
         };
     }
     if let Some(index) = snapshot.model_index(&request.model) {
@@ -379,7 +382,7 @@ fn route_identity<'s>(
     identity: &'s Identity,
     request: &ChatRequest,
     neural: &Neural,
-) -> Result<(Trace, usize, Option<&'s Decision>), RouteError> {
+) -> Result<(Trace, usize, Option<&'s Decision>), Box<(RouteError, Trace)>> {
     let Context {
         snapshot,
         state,
@@ -409,18 +412,25 @@ fn route_identity<'s>(
             _ => None,
         }
         .filter(|policy| identity.requires.contains(policy) || on_error == Some(OnError::Fail));
-        if let (Some(reason), Some(policy)) = (&result.error, closed) {
-            return Err(RouteError::PolicyUnavailable {
+        let refused = match (&result.error, closed, on_error) {
+            (Some(reason), Some(policy), _) => Some(RouteError::PolicyUnavailable {
                 identity: identity.name.clone(),
                 policy: policy.name(),
                 reason: format!("signal {}: {reason}", signal.name),
-            });
-        }
-        if let (Some(reason), Some(OnError::Fail)) = (&result.error, signal.kind.on_error()) {
-            return Err(RouteError::SignalUnavailable {
+            }),
+            (Some(reason), None, Some(OnError::Fail)) => Some(RouteError::SignalUnavailable {
                 signal: signal.name.clone(),
                 reason: reason.clone(),
-            });
+            }),
+            _ => None,
+        };
+        if let Some(error) = refused {
+            results.push(result);
+            let mut evidence = Trace::empty(snapshot);
+            evidence.identity = Some(identity.name.clone());
+            evidence.identity_version = Some(identity.version.clone());
+            evidence.signals = results;
+            return Err(Box::new((error, evidence)));
         }
         facts[index] = Some(Fact {
             matched: result.matched,
@@ -502,11 +512,16 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
 }
 
 fn refusal(snapshot: &Snapshot, error: RouteError) -> Routed {
-    let mut trace = Trace::empty(snapshot);
-    trace.error = Some((error.code(), error.fault()));
+    refusal_after(error, Trace::empty(snapshot))
+}
+
+/// A refusal that keeps the evidence gathered before it (identity, signals — the one that
+/// failed included —, decision, plugins): metrics count the failed signal, records show it.
+fn refusal_after(error: RouteError, mut evidence: Trace) -> Routed {
+    evidence.error = Some((error.code(), error.fault()));
     Routed {
         action: Action::Respond(error.reply()),
-        trace,
+        trace: evidence,
     }
 }
 
