@@ -375,6 +375,9 @@ fn sub_request_depth(services: &Services, headers: &Headers) -> Result<u32, Rout
     Ok(depth)
 }
 
+/// Why a request is refused, with the evidence gathered up to then.
+type Refused = (RouteError, Trace);
+
 /// Runs the identity's signals and decisions; returns the evidence, the chosen model index and
 /// the decision that chose it (none for the identity's default).
 fn route_identity<'s>(
@@ -382,7 +385,7 @@ fn route_identity<'s>(
     identity: &'s Identity,
     request: &ChatRequest,
     neural: &Neural,
-) -> Result<(Trace, usize, Option<&'s Decision>), Box<(RouteError, Trace)>> {
+) -> Result<(Trace, usize, Option<&'s Decision>), Box<Refused>> {
     let Context {
         snapshot,
         state,
