@@ -411,6 +411,11 @@ pub fn explain_json(routed: &Routed) -> Value {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), Value::String(v)))
         .collect();
+    // Offline a recipe is planned, not run: the request would go to the recipe, not upstream.
+    let action = match (&routed.action, &trace.looper) {
+        (Action::Forward(_), Some(_)) => "loop",
+        (action, _) => action.kind(),
+    };
     let mut out = json!({
         "identity": trace.identity,
         "identity_version": trace.identity_version,
@@ -432,7 +437,8 @@ pub fn explain_json(routed: &Routed) -> Value {
         "plugins": trace.plugins.iter().map(|(p, a)| json!({"plugin": p, "action": a})).collect::<Vec<_>>(),
         "model": trace.model,
         "provider_model": trace.provider_model,
-        "action": routed.action.kind(),
+        "action": action,
+        "recipe": trace.looper.as_ref().map(|l| l.kind),
         "config_version": trace.config_version,
         "response_headers": headers,
     });

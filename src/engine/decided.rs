@@ -1,16 +1,16 @@
 //! What happens once the decision is made: the plugins (guards may refuse or reroute, rewrites
 //! change the request), the semantic cache (a hit answers now), then the decision's recipe or its
-//! single model (with session continuity); last, what the response phase needs is bound to the
-//! forwarded request — output contract, grounding check, answer guard, header edits, masked
-//! placeholders, cache ticket — or run at once on an answer already in hand.
+//! single model (with session continuity); last, the answer's obligations (output contract,
+//! answer guard, grounding check, masked values, cache ticket) are bound to the forwarded
+//! request with its header edits, or settled at once on an answer already in hand.
 
-use super::cache::{self, CacheTicket, Consulted};
+use super::cache::{self, Consulted};
 use super::grounding::GroundingCheck;
-use super::pii_mask::Masker;
+use super::obligations::{settle_in_hand, Obligations};
 use super::plugins::{self, HeaderEdits};
 use super::{contract, forward, recipe, refusal, session, tools};
 use super::{Action, LooperTrace, Routed, Services, Trace};
-use crate::config::{Contract, Decision, Identity, Snapshot};
+use crate::config::{Decision, Identity, Snapshot};
 use crate::llm::{ChatRequest, Headers};
 use crate::state::StateStore;
 use std::sync::Arc;
@@ -78,13 +78,13 @@ pub(super) async fn carry_out(
         .grounding
         .map(|rule| GroundingCheck::new(rule, &request));
     let mut ticket = None;
-    let routed = if let Some(model) = applied.reroute {
+    let (routed, contract) = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(
             "rerouted by a guard plugin to {}",
             snapshot.models[model].name
         );
-        forward(trace, request, &snapshot.models[model])
+        (forward(trace, request, &snapshot.models[model]), None)
     } else {
         // Personal data is never cached: a request whose values were masked is neither looked
         // up nor kept (the kept answer would hold the restored values).
@@ -138,113 +138,35 @@ pub(super) async fn carry_out(
                 forward(trace, request, &snapshot.models[model])
             }
         };
-        bind_contract(routed, contract)
+        (routed, contract.cloned())
     };
-    let routed = match grounding {
-        Some(check) => ground(snapshot, routed, check).await,
-        None => routed,
+    let obligations = Obligations {
+        contract,
+        answer_guard: deferred.answer_guard,
+        grounding: grounding.map(Box::new),
+        restore: applied.masker,
+        keep: ticket,
     };
-    let routed = match deferred.answer_guard {
-        Some(signal) => guard_answer(snapshot, routed, signal).await,
-        None => routed,
-    };
-    finish(routed, edits, applied.masker, ticket, state, stream)
+    bind(snapshot, state, routed, edits, obligations).await
 }
 
-/// The answer text of a reply mom-router gives itself, and whether it streams.
-fn reply_answer(reply: &super::Reply) -> (String, bool) {
-    let stream = reply
-        .headers
-        .iter()
-        .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
-    (crate::llm::sse::answer_text(&reply.body, stream), stream)
-}
-
-/// Binds the response-side jailbreak check to a forwarded request, or runs it on an answer
-/// already in hand: a match (or a signal that cannot answer) withholds the answer.
-async fn guard_answer(snapshot: &Snapshot, mut routed: Routed, signal: usize) -> Routed {
-    match &mut routed.action {
-        Action::Forward(forward) => forward.answer_guard = Some(signal),
-        Action::Respond(reply) if reply.code == "ok" => {
-            let (text, _) = reply_answer(reply);
-            if super::answer_guard::matches(snapshot, signal, &text).await != Ok(false) {
-                let error = super::RouteError::AnswerWithheld {
-                    signal: snapshot.signals[signal].name.clone(),
-                };
-                routed.trace.error = Some((error.code(), error.fault()));
-                routed
-                    .trace
-                    .plugins
-                    .push(("jailbreak_guard", "withheld answer".to_owned()));
-                routed.action = Action::Respond(error.reply());
-            }
-        }
-        Action::Respond(_) => {}
-    }
-    routed
-}
-
-/// Binds the grounding check to a forwarded request, or runs it on an answer already in hand
-/// (flagged, or replaced by the fallback answer when the rule fails closed).
-async fn ground(snapshot: &Snapshot, mut routed: Routed, check: GroundingCheck) -> Routed {
-    match &mut routed.action {
-        Action::Forward(forward) => forward.grounding = Some(Box::new(check)),
-        Action::Respond(reply) if reply.code == "ok" => {
-            let (_, stream) = reply_answer(reply);
-            let model = routed.trace.provider_model.clone().unwrap_or_default();
-            let encoder = snapshot.encoder.as_deref();
-            let settled = check.settle(encoder, &reply.body, stream, &model).await;
-            if let Some(body) = settled.replacement {
-                reply.body = body;
-            }
-            routed.trace.grounding = Some(settled.label);
-        }
-        Action::Respond(_) => {}
-    }
-    routed
-}
-
-/// A forwarded request of a decision with an output contract carries the contract for the
-/// response phase to check.
-fn bind_contract(mut routed: Routed, contract: Option<&Contract>) -> Routed {
-    if let (Action::Forward(forward), Some(contract)) = (&mut routed.action, contract) {
-        forward.contract = Some(contract.clone());
-    }
-    routed
-}
-
-/// Binds the header edits to a forwarded request, and the masked placeholders and cache ticket
-/// to its response (a reply already in hand gets its values back, and is kept, now).
-fn finish(
+/// Binds the obligations (and header edits) to a forwarded request, or settles them now on an
+/// answer already in hand (whose contract was enforced where it was made).
+async fn bind(
+    snapshot: &Snapshot,
+    state: &StateStore,
     mut routed: Routed,
     edits: HeaderEdits,
-    masker: Option<Arc<Masker>>,
-    ticket: Option<Arc<CacheTicket>>,
-    state: &StateStore,
-    stream: bool,
+    obligations: Obligations,
 ) -> Routed {
     match &mut routed.action {
         Action::Forward(forward) => {
             forward.headers = edits;
-            forward.masker = masker;
-            forward.cache = ticket;
+            forward.obligations = obligations;
         }
-        Action::Respond(reply) if reply.code == "ok" => {
-            if let Some(masker) = masker {
-                reply.body = masker.restore_body(&reply.body);
-            }
-            // An answer the grounding check did not pass is not kept.
-            let grounded = routed
-                .trace
-                .grounding
-                .as_ref()
-                .is_none_or(|label| label.starts_with("grounded"));
-            let answer = cache::keepable(&reply.body, stream).filter(|_| grounded);
-            if let (Some(ticket), Some(answer)) = (ticket, answer) {
-                cache::keep(state, &ticket, answer);
-            }
+        Action::Respond(reply) => {
+            settle_in_hand(snapshot, state, obligations, reply, &mut routed.trace).await;
         }
-        Action::Respond(_) => {}
     }
     routed
 }

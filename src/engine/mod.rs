@@ -12,6 +12,7 @@ mod fusion;
 pub mod grounding;
 mod looper;
 mod models;
+pub mod obligations;
 pub mod pii_mask;
 mod plugins;
 mod ratings;
@@ -26,6 +27,7 @@ mod workflows;
 pub use answer_guard::matches as answer_matches;
 pub use error::{Fault, RouteError, MAX_DEPTH};
 pub use looper::{LooperTrace, Step};
+pub use obligations::Obligations;
 pub use plugins::HeaderEdits;
 pub use select::DEFAULT_COMPLETION_TOKENS;
 pub use session::SessionTrace;
@@ -100,18 +102,10 @@ pub struct Forward {
     /// An answer to give instead when the upstream response is not a success (ReMoM's best
     /// panel answer when its synthesis fails).
     pub fallback: Option<Box<Reply>>,
-    /// The output contract the response is checked against in the response phase.
-    pub contract: Option<crate::config::Contract>,
     /// Header edits plugins made for the upstream request.
     pub headers: plugins::HeaderEdits,
-    /// Personal data masked in the request, restored in the response.
-    pub masker: Option<Arc<pii_mask::Masker>>,
-    /// Where the semantic cache keeps a complete 2xx answer.
-    pub cache: Option<Arc<cache::CacheTicket>>,
-    /// The grounding check the answer goes through in the response phase.
-    pub grounding: Option<Box<grounding::GroundingCheck>>,
-    /// The jailbreak signal the answer is checked with in the response phase.
-    pub answer_guard: Option<usize>,
+    /// What the answer owes before the client gets it, settled in the response phase.
+    pub obligations: Obligations,
 }
 
 /// What happens to the request.
@@ -503,12 +497,8 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             body: request.into_body_for(&model.provider_model),
             stream,
             fallback: None,
-            contract: None,
             headers: plugins::HeaderEdits::default(),
-            masker: None,
-            cache: None,
-            grounding: None,
-            answer_guard: None,
+            obligations: Obligations::default(),
         }),
         trace,
     }

@@ -235,11 +235,7 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         body: Value::Object(object).to_string().into_bytes(),
         stream: request.stream,
         fallback: None,
-        contract: None,
         headers: super::HeaderEdits::default(),
-        masker: None,
-        cache: None,
-        grounding: None,
-        answer_guard: None,
+        obligations: super::Obligations::default(),
     }
 }

@@ -92,24 +92,17 @@ struct Forwarded {
     scanner: Option<UsageScanner>,
     /// The answer to give instead of a failed upstream response (ReMoM's evidence).
     fallback: Option<Box<crate::engine::Reply>>,
-    /// The output contract the answer is checked against, with the forwarded request body
-    /// (the conversation a repair continues).
-    contract: Option<(crate::config::Contract, Vec<u8>)>,
+    /// What the answer owes, settled in the engine's declared order
+    /// ([`crate::engine::obligations::ORDER`]); each is taken once settled.
+    obligations: crate::engine::Obligations,
+    /// The forwarded request body, while a contract repair may continue its conversation.
+    repair_request: Vec<u8>,
     /// How the response body comes: BUFFERED when a contract check may repair it.
     body_mode: convert::BodyMode,
     /// A streamed response's bytes, collected for its contract check.
     collected: Vec<u8>,
-    /// Placeholders masked in the request: restored in the response (a JSON body whole, a
-    /// stream event by event).
-    masker: Option<Arc<crate::engine::pii_mask::Masker>>,
-    /// The stream's restorer, once the response streams.
+    /// The stream's restorer (of the masked values), once the response streams.
     restorer: Option<crate::engine::pii_mask::SseRestorer>,
-    /// The jailbreak signal the held answer is checked with.
-    answer_guard: Option<usize>,
-    /// The grounding check the held answer goes through.
-    grounding: Option<Box<crate::engine::grounding::GroundingCheck>>,
-    /// Where the semantic cache keeps the answer, while it may still be kept.
-    cache: Option<Arc<crate::engine::cache::CacheTicket>>,
     /// The answer as the client received it, collected for the cache.
     answer: Vec<u8>,
 }
@@ -292,11 +285,11 @@ impl StreamState {
                 }
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
-                let contract = forward.contract.take().map(|c| (c, forward.body.clone()));
-                let masker = forward.masker.take();
-                let cache = forward.cache.take();
-                let grounding = forward.grounding.take();
-                let answer_guard = forward.answer_guard.take();
+                let obligations = std::mem::take(&mut forward.obligations);
+                let repair_request = match &obligations.contract {
+                    Some(contract) if contract.repair => forward.body.clone(),
+                    _ => Vec::new(),
+                };
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let response = convert::forward(forward, &trace);
                 self.forwarded = Some(Forwarded {
@@ -308,14 +301,11 @@ impl StreamState {
                     first_chunk: None,
                     scanner: None,
                     fallback,
-                    contract,
+                    obligations,
+                    repair_request,
                     body_mode: convert::BodyMode::Unchanged,
                     collected: Vec::new(),
-                    masker,
                     restorer: None,
-                    cache,
-                    grounding,
-                    answer_guard,
                     answer: Vec::new(),
                 });
                 response
@@ -394,7 +384,7 @@ impl StreamState {
         let success = status.starts_with('2');
         if !success || message.end_of_stream {
             // Only a complete 2xx answer is kept; waiting identical requests go upstream.
-            forwarded.cache = None;
+            forwarded.obligations.keep = None;
         }
         if !success {
             if let Some(fallback) = forwarded.fallback.take() {
@@ -416,12 +406,12 @@ impl StreamState {
                 convert::BodyMode::Unchanged,
             );
         }
-        let checked = forwarded.contract.is_some() || forwarded.masker.is_some();
-        let grounded = forwarded.grounding.is_some() || forwarded.answer_guard.is_some();
-        let keeps = forwarded.cache.is_some();
+        let owed = &forwarded.obligations;
+        let checked = owed.contract.is_some() || owed.restore.is_some();
+        let grounded = owed.calls_models();
         let watch_body = success
             && !message.end_of_stream
-            && (forwarded.stream || observe || checked || keeps || grounded);
+            && (forwarded.stream || observe || owed.reads_answer());
         if watch_body && observe {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }
@@ -434,12 +424,11 @@ impl StreamState {
         };
         if !watch_body {
             // A failed response is not checked against the contract nor for grounding.
-            forwarded.contract = None;
-            forwarded.grounding = None;
-            forwarded.answer_guard = None;
+            forwarded.obligations.drop_checks();
         }
         let mut reply = convert::response_headers(Some(&forwarded.trace), forwarded.body_mode);
-        if let (true, false, Some(masker)) = (forwarded.stream, hold, &forwarded.masker) {
+        let restore = &forwarded.obligations.restore;
+        if let (true, false, Some(masker)) = (forwarded.stream, hold, restore) {
             forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
                 masker,
             )));

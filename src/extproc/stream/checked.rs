@@ -48,11 +48,11 @@ impl StreamState {
         let Some(forwarded) = &mut self.forwarded else {
             return;
         };
-        if forwarded.cache.is_none() {
+        if forwarded.obligations.keep.is_none() {
             return;
         }
         if forwarded.answer.len() + delivered.len() > MAX_COLLECTED {
-            forwarded.cache = None;
+            forwarded.obligations.keep = None;
             forwarded.answer = Vec::new();
             return;
         }
@@ -60,7 +60,7 @@ impl StreamState {
         if !end_of_stream {
             return;
         }
-        let ticket = forwarded.cache.take();
+        let ticket = forwarded.obligations.keep.take();
         let answer = std::mem::take(&mut forwarded.answer);
         let violated = forwarded
             .trace
@@ -84,15 +84,17 @@ impl StreamState {
         let Some(forwarded) = &mut self.forwarded else {
             return (convert::continue_response_body(), None);
         };
-        if forwarded.contract.is_none() && forwarded.masker.is_none() {
+        let owed = &forwarded.obligations;
+        if owed.contract.is_none() && owed.restore.is_none() {
             return (convert::continue_response_body(), None);
         }
         let held = forwarded.body_mode == BodyMode::Buffered;
-        if !held && forwarded.collected.len() < MAX_COLLECTED && forwarded.contract.is_some() {
+        let contracted = forwarded.obligations.contract.is_some();
+        if !held && forwarded.collected.len() < MAX_COLLECTED && contracted {
             forwarded.collected.extend_from_slice(&message.body);
         }
         // The bytes the client gets for this message, when they differ from the upstream's.
-        let replaced = match (&forwarded.masker, &mut forwarded.restorer) {
+        let replaced = match (&forwarded.obligations.restore, &mut forwarded.restorer) {
             (Some(_), Some(restorer)) => {
                 let mut out = restorer.push(&message.body);
                 if message.end_of_stream {
@@ -106,11 +108,12 @@ impl StreamState {
             _ => None,
         };
         let copy = forwarded
-            .cache
+            .obligations
+            .keep
             .is_some()
             .then(|| replaced.clone())
             .flatten();
-        let Some((contract, _)) = &forwarded.contract else {
+        let Some(contract) = &forwarded.obligations.contract else {
             return (convert::checked_response_body(None, replaced, held), copy);
         };
         if !message.end_of_stream {
@@ -129,7 +132,7 @@ impl StreamState {
         let name = contract.shape.name();
         let refuse = held && contract.on_violation == crate::config::OnViolation::Fail;
         forwarded.trace.contract = Some((name, outcome.to_owned()));
-        forwarded.contract = None;
+        forwarded.obligations.contract = None;
         let trace = forwarded.trace.clone();
         if let (Err(reason), true) = (checked, refuse) {
             let error = RouteError::ContractViolated {

@@ -33,10 +33,10 @@ impl StreamState {
         if forwarded.body_mode != BodyMode::Buffered || !message.end_of_stream {
             return false;
         }
-        if forwarded.grounding.is_some() || forwarded.answer_guard.is_some() {
+        if forwarded.obligations.calls_models() {
             return true;
         }
-        let Some((contract, _)) = &forwarded.contract else {
+        let Some(contract) = &forwarded.obligations.contract else {
             return false;
         };
         if forwarded.stream || self.services.client.is_none() || !contract.repair {
@@ -73,7 +73,7 @@ impl StreamState {
         let Some(forwarded) = &mut self.forwarded else {
             return convert::continue_response_body();
         };
-        if let Some(masker) = &forwarded.masker {
+        if let Some(masker) = &forwarded.obligations.restore {
             body = masker.restore_body(&body);
             replaced = true;
         }
@@ -87,9 +87,10 @@ impl StreamState {
         let Some(forwarded) = &mut self.forwarded else {
             return Settled::Unchanged;
         };
-        let Some((contract, request)) = forwarded.contract.take() else {
+        let Some(contract) = forwarded.obligations.contract.take() else {
             return Settled::Unchanged;
         };
+        let request = std::mem::take(&mut forwarded.repair_request);
         let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
         let text = if forwarded.stream {
             crate::llm::usage::streamed_text(body)
@@ -161,7 +162,7 @@ impl StreamState {
     /// not answer, withholds it (403).
     async fn settle_answer_guard(&mut self, body: &[u8]) -> Option<ProcessingResponse> {
         let forwarded = self.forwarded.as_mut()?;
-        let signal = forwarded.answer_guard.take()?;
+        let signal = forwarded.obligations.answer_guard.take()?;
         let text = crate::llm::sse::answer_text(body, forwarded.stream);
         let matched = crate::engine::answer_matches(&self.snapshot, signal, &text).await;
         let passed = matched == Ok(false);
@@ -190,7 +191,7 @@ impl StreamState {
     /// unsupported one when the rule fails closed.
     async fn settle_grounding(&mut self, body: &[u8]) -> Option<Vec<u8>> {
         let forwarded = self.forwarded.as_mut()?;
-        let check = forwarded.grounding.take()?;
+        let check = forwarded.obligations.grounding.take()?;
         let model = forwarded.trace.provider_model.clone().unwrap_or_default();
         let encoder = self.snapshot.encoder.as_deref();
         let settled = check.settle(encoder, body, forwarded.stream, &model).await;
