@@ -18,6 +18,7 @@ pub mod inference;
 pub mod llm;
 pub mod lock;
 pub mod observability;
+pub mod protocol;
 pub mod records;
 pub mod selection;
 pub mod signals;
