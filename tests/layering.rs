@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["state"],
     &["signals", "decision", "selection"],
     &["inference"],
-    &["llm"],
+    &["llm", "protocol"],
     &["observability"],
 ];
 

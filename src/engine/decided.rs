@@ -138,7 +138,7 @@ pub(super) async fn carry_out(
                 forward(trace, request, &snapshot.models[model])
             }
         };
-        (routed, contract.cloned())
+        (routed, contract.cloned().map(Box::new))
     };
     let obligations = Obligations {
         contract,
@@ -146,6 +146,7 @@ pub(super) async fn carry_out(
         grounding: grounding.map(Box::new),
         restore: applied.masker,
         keep: ticket,
+        translate: None,
     };
     bind(snapshot, state, routed, edits, obligations).await
 }

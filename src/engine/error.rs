@@ -23,6 +23,10 @@ pub enum RouteError {
     /// The body is not a valid chat-completion request.
     #[error("{0}")]
     BadRequest(#[from] RequestError),
+    /// A request in another protocol that cannot be read (a Messages body without
+    /// `max_tokens`, a tool result without its tool use, …).
+    #[error("{0}")]
+    Untranslatable(#[from] crate::protocol::TranslateError),
     /// The `model` names neither an identity nor a configured model.
     #[error("unknown model {name:?}; valid models: {}", valid.join(", "))]
     UnknownModel {
@@ -40,7 +44,9 @@ pub enum RouteError {
         limit: u64,
     },
     /// The path is not served.
-    #[error("no route for {path}; mom-router serves POST /v1/chat/completions and GET /v1/models")]
+    #[error(
+        "no route for {path}; mom-router serves POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models"
+    )]
     NotFound {
         /// The request path.
         path: String,
@@ -132,6 +138,7 @@ impl RouteError {
             Self::BadRequest(RequestError::MissingField(_)) => "missing_field",
             Self::BadRequest(RequestError::WrongType { .. }) => "invalid_type",
             Self::BadRequest(RequestError::TooMany { .. }) => "too_many_entries",
+            Self::Untranslatable(_) => "invalid_request",
             Self::UnknownModel { .. } => "model_not_found",
             Self::TooLarge { .. } => "request_too_large",
             Self::NotFound { .. } => "not_found",
@@ -162,6 +169,7 @@ impl RouteError {
             | Self::AnswerWithheld { .. }
             | Self::PiiBlocked { .. } => Fault::Client,
             Self::BadRequest(_)
+            | Self::Untranslatable(_)
             | Self::UnknownModel { .. }
             | Self::TooLarge { .. }
             | Self::NotFound { .. }
@@ -172,7 +180,9 @@ impl RouteError {
     /// The reply the client receives.
     pub fn reply(&self) -> Reply {
         let (status, error_type) = match self {
-            Self::BadRequest(_) | Self::UnknownModel { .. } => (400, "invalid_request_error"),
+            Self::BadRequest(_) | Self::Untranslatable(_) | Self::UnknownModel { .. } => {
+                (400, "invalid_request_error")
+            }
             Self::TooLarge { .. } => (413, "invalid_request_error"),
             Self::NotFound { .. } => (404, "invalid_request_error"),
             Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),

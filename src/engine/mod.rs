@@ -10,6 +10,7 @@ mod decided;
 mod error;
 mod fusion;
 pub mod grounding;
+mod ingress;
 mod looper;
 mod models;
 pub mod obligations;
@@ -26,6 +27,7 @@ mod workflows;
 
 pub use answer_guard::matches as answer_matches;
 pub use error::{Fault, RouteError, MAX_DEPTH};
+pub use ingress::in_messages;
 pub use looper::{LooperTrace, Step};
 pub use obligations::Obligations;
 pub use plugins::HeaderEdits;
@@ -37,6 +39,7 @@ use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers, LlmClient};
+use crate::protocol::messages;
 use crate::selection::{request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
 use crate::signals::{Input, Needs, Neural, OnError, SignalKind};
@@ -177,11 +180,13 @@ pub fn on_request_headers(
             trace: Trace::empty(snapshot),
         }),
         MODELS_PATH => refuse(method_not_allowed(method, path, "GET")),
-        CHAT_PATH if method != "POST" => refuse(method_not_allowed(method, path, "POST")),
-        CHAT_PATH if end_of_stream => {
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH if method != "POST" => {
+            refuse(method_not_allowed(method, path, "POST"))
+        }
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH if end_of_stream => {
             refuse(RouteError::BadRequest(crate::llm::RequestError::Empty))
         }
-        CHAT_PATH => {
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH => {
             let limit = snapshot.server.max_body_bytes;
             let announced = headers
                 .get("content-length")
@@ -197,8 +202,22 @@ pub fn on_request_headers(
     }
 }
 
-/// Routes a complete chat-completion body.
+/// Routes a complete request body in the protocol its path names.
 pub async fn on_request_body(
+    snapshot: &Snapshot,
+    services: &Services,
+    headers: &Headers,
+    body: &[u8],
+) -> Routed {
+    match headers.path() {
+        messages::PATH => ingress::messages(snapshot, services, headers, body).await,
+        messages::COUNT_TOKENS_PATH => ingress::count_tokens(snapshot, body),
+        _ => route_chat(snapshot, services, headers, body).await,
+    }
+}
+
+/// Routes a complete chat-completion body.
+async fn route_chat(
     snapshot: &Snapshot,
     services: &Services,
     headers: &Headers,

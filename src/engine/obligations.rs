@@ -9,19 +9,29 @@ use super::grounding::GroundingCheck;
 use super::pii_mask::Masker;
 use super::{Reply, RouteError, Trace};
 use crate::config::{Contract, Snapshot};
+use crate::protocol::Protocol;
 use crate::state::StateStore;
 use std::sync::Arc;
 
 /// The order obligations are settled in: the contract reads what the model wrote (placeholders
 /// included), the guard and the grounding check read the answer that would be delivered, the
 /// masked values come back last, and the cache keeps what the client received.
-pub const ORDER: [&str; 5] = ["contract", "answer_guard", "grounding", "restore", "keep"];
+/// The answer is translated into the client's protocol last: the cache keeps the pipeline's
+/// own form, which a client of any protocol can be served from.
+pub const ORDER: [&str; 6] = [
+    "contract",
+    "answer_guard",
+    "grounding",
+    "restore",
+    "keep",
+    "translate",
+];
 
 /// The obligations of one answer; each is settled once and then taken.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Obligations {
     /// The output contract the answer is checked against (repaired once when it allows).
-    pub contract: Option<Contract>,
+    pub contract: Option<Box<Contract>>,
     /// The jailbreak signal the answer is checked with: a match withholds it.
     pub answer_guard: Option<usize>,
     /// The grounding check: an unsupported answer is flagged or replaced.
@@ -30,6 +40,8 @@ pub struct Obligations {
     pub restore: Option<Arc<Masker>>,
     /// Where the semantic cache keeps a complete 2xx answer.
     pub keep: Option<Arc<CacheTicket>>,
+    /// The client's protocol, when the answer must be translated into it (errors included).
+    pub translate: Option<Protocol>,
 }
 
 impl Obligations {
@@ -40,6 +52,7 @@ impl Obligations {
             || self.grounding.is_some()
             || self.restore.is_some()
             || self.keep.is_some()
+            || self.translate.is_some()
     }
 
     /// True when settling may need model calls on the whole answer (it must be held).

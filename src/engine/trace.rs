@@ -47,6 +47,9 @@ pub struct Trace {
     pub config_version: String,
     /// Error code and fault, for refusals.
     pub error: Option<(&'static str, Fault)>,
+    /// The client's protocol when it is not Chat Completions, and the request fields its
+    /// translation dropped.
+    pub translation: Option<(crate::protocol::Protocol, Vec<&'static str>)>,
 }
 
 impl Trace {
@@ -72,6 +75,7 @@ impl Trace {
             provider_model: None,
             config_version: snapshot.version.clone(),
             error: None,
+            translation: None,
         }
     }
 
@@ -132,6 +136,13 @@ impl Trace {
         }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
+        }
+        if let Some((protocol, dropped)) = &self.translation {
+            let label = match dropped.is_empty() {
+                true => format!("{} to chat", protocol.name()),
+                false => format!("lossy: {} dropped", dropped.join(",")),
+            };
+            headers.push(("x-mom-translation", label));
         }
         headers
     }

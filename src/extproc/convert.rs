@@ -93,6 +93,9 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     let mut fields = std::collections::HashMap::new();
     fields.insert("response_path".to_owned(), string(response_path));
     fields.insert("config_version".to_owned(), string(&trace.config_version));
+    if let Some((protocol, _)) = &trace.translation {
+        fields.insert("protocol".to_owned(), string(protocol.name()));
+    }
     if let Some(identity) = &trace.identity {
         fields.insert("identity".to_owned(), string(identity));
     }
@@ -348,6 +351,30 @@ pub fn checked_response_body(
         dynamic_metadata: checked.map(|trace| metadata(trace, "upstream")),
         ..Default::default()
     }
+}
+
+/// Replaces the body a response-body reply sends on (a refusal is left as it is); a held body
+/// gets its new content-length.
+pub fn replace_response_body(response: &mut ProcessingResponse, body: Vec<u8>, held: bool) {
+    let Some(Response::ResponseBody(BodyResponse { response: common })) = &mut response.response
+    else {
+        return;
+    };
+    let common = common.get_or_insert_with(CommonResponse::default);
+    if held {
+        let mutation = common
+            .header_mutation
+            .get_or_insert_with(HeaderMutation::default);
+        mutation
+            .set_headers
+            .retain(|h| h.header.as_ref().is_none_or(|h| h.key != "content-length"));
+        mutation
+            .set_headers
+            .push(set_header("content-length", &body.len().to_string()));
+    }
+    common.body_mutation = Some(BodyMutation {
+        mutation: Some(Mutation::Body(body)),
+    });
 }
 
 /// Pass a response body chunk through unchanged.

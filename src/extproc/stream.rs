@@ -103,6 +103,10 @@ struct Forwarded {
     collected: Vec<u8>,
     /// The stream's restorer (of the masked values), once the response streams.
     restorer: Option<crate::engine::pii_mask::SseRestorer>,
+    /// The upstream's status, once its headers came.
+    status: u16,
+    /// The stream's translator into the client's protocol, once the response streams.
+    translator: Option<crate::protocol::messages_sse::SseTranslator>,
     /// The answer as the client received it, collected for the cache.
     answer: Vec<u8>,
 }
@@ -306,6 +310,8 @@ impl StreamState {
                     body_mode: convert::BodyMode::Unchanged,
                     collected: Vec::new(),
                     restorer: None,
+                    status: 0,
+                    translator: None,
                     answer: Vec::new(),
                 });
                 response
@@ -382,20 +388,27 @@ impl StreamState {
             record.ttft_ms = forwarded.at.elapsed().as_secs_f64() * 1000.0;
         }
         let success = status.starts_with('2');
+        forwarded.status = status.parse().unwrap_or(0);
+        let translate = forwarded.obligations.translate.is_some();
         if !success || message.end_of_stream {
             // Only a complete 2xx answer is kept; waiting identical requests go upstream.
             forwarded.obligations.keep = None;
         }
         if !success {
-            if let Some(fallback) = forwarded.fallback.take() {
+            if let Some(mut fallback) = forwarded.fallback.take() {
                 // The synthesis failed: answer with the best evidence instead.
                 forwarded.trace.fallback_used = true;
                 if let Some(record) = &mut self.record {
                     record.status = u32::from(fallback.status);
                     record.response_path = "immediate".to_owned();
                 }
+                if translate {
+                    crate::engine::in_messages(&mut fallback);
+                }
                 return convert::immediate(&fallback, &forwarded.trace);
             }
+            // A failed response is not checked against the contract nor for grounding.
+            forwarded.obligations.drop_checks();
         }
         if success && message.end_of_stream {
             forwarded.first_chunk = Some(Instant::now());
@@ -409,14 +422,16 @@ impl StreamState {
         let owed = &forwarded.obligations;
         let checked = owed.contract.is_some() || owed.restore.is_some();
         let grounded = owed.calls_models();
-        let watch_body = success
-            && !message.end_of_stream
-            && (forwarded.stream || observe || owed.reads_answer());
-        if watch_body && observe {
+        // An error is translated into the client's protocol too.
+        let watch_body = !message.end_of_stream
+            && (translate || (success && (forwarded.stream || observe || owed.reads_answer())));
+        if watch_body && observe && success {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }
-        // The grounding check holds the whole answer, streamed or not: it may be replaced.
-        let hold = grounded || (checked && !forwarded.stream);
+        // The grounding check holds the whole answer, streamed or not: it may be replaced. A
+        // JSON answer or an error is translated whole.
+        let streams = forwarded.stream && success;
+        let hold = grounded || (checked && !forwarded.stream) || (translate && !streams);
         forwarded.body_mode = match (watch_body, hold) {
             (false, _) => convert::BodyMode::Unchanged,
             (true, true) => convert::BodyMode::Buffered,
@@ -432,8 +447,13 @@ impl StreamState {
             forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
                 masker,
             )));
-            // Restored chunks change the body's length: an upstream's content-length would no
-            // longer hold, and Envoy refuses the response rather than send a wrong one.
+        }
+        if watch_body && translate && streams && !hold {
+            forwarded.translator = Some(crate::protocol::messages_sse::SseTranslator::new());
+        }
+        if forwarded.restorer.is_some() || forwarded.translator.is_some() {
+            // Rewritten chunks change the body's length: an upstream's content-length would
+            // no longer hold, and Envoy refuses the response rather than send a wrong one.
             convert::remove_response_header(&mut reply, "content-length");
         }
         reply

@@ -18,7 +18,44 @@ impl StreamState {
     pub(super) fn refuse(&self, mut trace: Trace, error: &RouteError) -> ProcessingResponse {
         trace.error = Some((error.code(), error.fault()));
         self.count_contract(&trace);
-        convert::immediate(&error.reply(), &trace)
+        let mut reply = error.reply();
+        if self.translates() {
+            crate::engine::in_messages(&mut reply);
+        }
+        convert::immediate(&reply, &trace)
+    }
+
+    /// True when the answer goes back to the client in another protocol.
+    fn translates(&self) -> bool {
+        self.forwarded
+            .as_ref()
+            .is_some_and(|f| f.obligations.translate.is_some())
+    }
+
+    /// The client's protocol's bytes for the (chat) bytes `delivered`, when they differ: a
+    /// streamed chunk through the stream's translator, a held body whole (an error as an
+    /// error).
+    pub(super) fn translate(&mut self, delivered: &[u8], end_of_stream: bool) -> Option<Vec<u8>> {
+        let forwarded = self.forwarded.as_mut()?;
+        forwarded.obligations.translate?;
+        if let Some(translator) = &mut forwarded.translator {
+            let mut out = translator.push(delivered);
+            if end_of_stream {
+                out.extend(translator.finish());
+            }
+            return Some(out);
+        }
+        if forwarded.body_mode != BodyMode::Buffered || !end_of_stream {
+            return None;
+        }
+        let status = forwarded.status;
+        if !(200..300).contains(&status) {
+            return Some(crate::protocol::messages::error_from(status, delivered));
+        }
+        if forwarded.stream {
+            return Some(crate::protocol::messages_sse::translate_all(delivered));
+        }
+        crate::protocol::messages::from_chat(delivered)
     }
 
     /// Counts a finished contract check.
@@ -36,9 +73,16 @@ impl StreamState {
 
     pub(super) fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
         self.observe_body(message);
-        let (response, replaced) = self.check_body(message);
+        let (mut response, replaced) = self.check_body(message);
         let delivered = replaced.as_deref().unwrap_or(&message.body);
         self.collect_answer(message.end_of_stream, delivered);
+        if let Some(translated) = self.translate(delivered, message.end_of_stream) {
+            let held = self
+                .forwarded
+                .as_ref()
+                .is_some_and(|f| f.body_mode == BodyMode::Buffered);
+            convert::replace_response_body(&mut response, translated, held);
+        }
         response
     }
 
@@ -107,10 +151,9 @@ impl StreamState {
             }
             _ => None,
         };
-        let copy = forwarded
-            .obligations
-            .keep
-            .is_some()
+        // What the cache keeps and the translation reads are the bytes the client would get.
+        let owed = &forwarded.obligations;
+        let copy = (owed.keep.is_some() || owed.translate.is_some())
             .then(|| replaced.clone())
             .flatten();
         let Some(contract) = &forwarded.obligations.contract else {

@@ -80,6 +80,10 @@ impl StreamState {
         let trace = forwarded.trace.clone();
         self.count_contract(&trace);
         self.collect_answer(true, &body);
+        if let Some(translated) = self.translate(&body, true) {
+            body = translated;
+            replaced = true;
+        }
         convert::checked_response_body(Some(&trace), replaced.then_some(body), true)
     }
 

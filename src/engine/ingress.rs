@@ -1,0 +1,91 @@
+//! Requests in another protocol than Chat Completions: translated into it before the pipeline
+//! reads them (a body that cannot be is a 400 in the client's protocol), forwarded to the
+//! chat path, and owed a translation back — bound to the forwarded request, or done at once
+//! on an answer in hand (a recipe's, the cache's, a refusal).
+
+use super::{refusal, route_chat, Action, Reply, RouteError, Routed, Services, CHAT_PATH};
+use crate::config::Snapshot;
+use crate::llm::{ChatRequest, Headers};
+use crate::protocol::{messages, messages_sse, Protocol};
+
+/// Routes an Anthropic Messages body.
+pub(super) async fn messages(
+    snapshot: &Snapshot,
+    services: &Services,
+    headers: &Headers,
+    body: &[u8],
+) -> Routed {
+    let limit = snapshot.server.max_body_bytes;
+    let mut routed = if body.len() as u64 > limit {
+        let size = body.len() as u64;
+        refusal(snapshot, RouteError::TooLarge { size, limit })
+    } else {
+        match messages::to_chat(body, false) {
+            Ok(translated) => {
+                let mut routed = route_chat(snapshot, services, headers, &translated.body).await;
+                routed.trace.translation = Some((Protocol::Messages, translated.dropped));
+                routed
+            }
+            Err(error) => refusal(snapshot, error.into()),
+        }
+    };
+    match &mut routed.action {
+        Action::Forward(forward) => {
+            // Backends speak Chat Completions: the translated body goes to the chat path (with
+            // the client's query string).
+            let query = headers.get(":path").and_then(|p| p.split_once('?'));
+            let path = match query {
+                Some((_, query)) => format!("{CHAT_PATH}?{query}"),
+                None => CHAT_PATH.to_owned(),
+            };
+            forward.headers.set.push((":path".to_owned(), path));
+            forward.obligations.translate = Some(Protocol::Messages);
+        }
+        Action::Respond(reply) => in_messages(reply),
+    }
+    routed
+}
+
+/// `POST /v1/messages/count_tokens`: mom-router's estimate of the request's input tokens.
+pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
+    let counted = messages::to_chat(body, true)
+        .map_err(RouteError::from)
+        .and_then(|t| ChatRequest::parse(&t.body).map_err(RouteError::from));
+    let mut routed = match counted {
+        Ok(request) => {
+            let tokens = crate::signals::estimate_tokens(&request);
+            let body = serde_json::json!({"input_tokens": tokens}).to_string();
+            let mut trace = super::Trace::empty(snapshot);
+            trace.translation = Some((Protocol::Messages, Vec::new()));
+            Routed {
+                action: Action::Respond(Reply::json(body.into_bytes())),
+                trace,
+            }
+        }
+        Err(error) => refusal(snapshot, error),
+    };
+    if let Action::Respond(reply) = &mut routed.action {
+        if reply.code != "ok" {
+            in_messages(reply);
+        }
+    }
+    routed
+}
+
+/// A reply mom-router gives itself, in Messages' shape: a completion (JSON or a stream) as a
+/// message, an error as a Messages error.
+pub fn in_messages(reply: &mut Reply) {
+    if reply.code != "ok" {
+        reply.body = messages::error_from(reply.status, &reply.body);
+        return;
+    }
+    let stream = reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
+    if stream {
+        reply.body = messages_sse::translate_all(&reply.body);
+    } else if let Some(message) = messages::from_chat(&reply.body) {
+        reply.body = message;
+    }
+}
