@@ -56,6 +56,9 @@ SAMPLES = [
     ("premium claimed by header only", "POST", "/v1/chat/completions", chat("Tell me a fun fact."),
      {"x-mom-user-roles": "premium", "x-mom-canary": "true"}),
     ("streaming", "POST", "/v1/chat/completions", chat("Write a rust function that adds two numbers.", stream=True)),
+    ("Anthropic Messages", "POST", "/v1/messages",
+     json.dumps({"model": "mom/auto", "max_tokens": 40,
+                 "messages": [{"role": "user", "content": "Write a python function that squares a number."}]}).encode()),
     ("malformed body", "POST", "/v1/chat/completions", b'{"model": "mom/auto", "messages": '),
     ("unknown model", "POST", "/v1/chat/completions", chat("hi", model="gpt-9")),
     ("model list", "GET", "/v1/models", None),
@@ -85,6 +88,8 @@ def answer_of(body, streamed):
         doc = json.loads(body)
         if "error" in doc:
             return "error: " + doc["error"]["message"]
+        if doc.get("type") == "message":
+            return "".join(block.get("text", "") for block in doc["content"])
         if doc.get("object") == "list":
             return "models: " + ", ".join(m["id"] for m in doc["data"])
         return doc["choices"][0]["message"]["content"]
@@ -121,6 +126,8 @@ def main():
               f"  algorithm={headers.get('x-mom-algorithm', '-')}  path={headers.get('x-mom-response-path', '-')}")
         if headers.get("x-mom-plugins"):
             print(f"   plugins: {headers.get('x-mom-plugins')}")
+        if headers.get("x-mom-translation"):
+            print(f"   translation: {headers.get('x-mom-translation')}")
         if streamed:
             print(f"   streamed in {chunks} reads")
         answer = " ".join(answer_of(raw, streamed).split())
