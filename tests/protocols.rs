@@ -204,3 +204,68 @@ async fn tokens_are_counted_locally_and_masked_values_come_back_in_the_message()
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].contains("jane.doe"), "{}", seen[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_request_is_answered_as_a_response_json_and_streamed() {
+    let stack = Stack::start().await;
+    let body = json!({"model": "mom/auto", "instructions": "Answer briefly.",
+        "input": "Write a python function that reverses a list", "max_output_tokens": 64});
+    let response = post(&stack, "/v1/responses", "responses", &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-translation"), "responses to chat");
+    assert_eq!(header(&response, "x-mom-decision"), "code");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["object"], "response");
+    assert_eq!(answer["status"], "completed");
+    let text = answer["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("reverses a list"), "{answer}");
+    assert_eq!(answer["usage"]["total_tokens"], 12);
+    let seen = stack.backends["qwen2.5-coder-0.5b"].seen.lock().unwrap()[0].clone();
+    let upstream: Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(upstream["messages"][0]["role"], "system");
+    assert_eq!(upstream["max_tokens"], 64);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let response = post(&stack, "/v1/responses", "responses-stream", &streamed).await;
+    assert_eq!(response.status(), 200);
+    let events = events(&response.text().await.unwrap());
+    assert_eq!(events[0].0, "response.created");
+    let last = events.last().unwrap();
+    assert_eq!(last.0, "response.completed");
+    let deltas: String = events
+        .iter()
+        .filter(|(k, _)| k == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        last.1["response"]["output"][0]["content"][0]["text"],
+        deltas.as_str()
+    );
+    assert!(deltas.contains("reverses a list"), "{deltas}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_responses_requests_are_refused_and_go_nowhere() {
+    let stack = Stack::start().await;
+    let cases = [
+        (json!({"model": "mom/auto", "input": 42}), "input: must be"),
+        (
+            json!({"model": "mom/auto", "input": "hi", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            json!({"model": "mom/auto", "input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
+            "no earlier function_call",
+        ),
+    ];
+    for (i, (body, reason)) in cases.into_iter().enumerate() {
+        let response = post(&stack, "/v1/responses", &format!("bad{i}"), &body).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "invalid_request", "{error}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{message}");
+    }
+    assert_eq!(stack.requests_seen(), 0);
+}

@@ -45,7 +45,7 @@ pub enum RouteError {
     },
     /// The path is not served.
     #[error(
-        "no route for {path}; mom-router serves POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models"
+        "no route for {path}; mom-router serves POST /v1/chat/completions, POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses and GET /v1/models"
     )]
     NotFound {
         /// The request path.

@@ -1,29 +1,31 @@
-//! Requests in another protocol than Chat Completions: translated into it before the pipeline
-//! reads them (a body that cannot be is a 400 in the client's protocol), forwarded to the
-//! chat path, and owed a translation back — bound to the forwarded request, or done at once
-//! on an answer in hand (a recipe's, the cache's, a refusal).
+//! Requests in another protocol than Chat Completions (Anthropic Messages, OpenAI Responses):
+//! translated into it before the pipeline reads them (a body that cannot be is a 400 in the
+//! client's protocol), forwarded to the chat path, and owed a translation back — bound to the
+//! forwarded request, or done at once on an answer in hand (a recipe's, the cache's, a
+//! refusal).
 
 use super::{refusal, route_chat, Action, Reply, RouteError, Routed, Services, CHAT_PATH};
 use crate::config::Snapshot;
 use crate::llm::{ChatRequest, Headers};
-use crate::protocol::{messages, messages_sse, Protocol};
+use crate::protocol::{self, messages, Protocol};
 
-/// Routes an Anthropic Messages body.
-pub(super) async fn messages(
+/// Routes a body in `protocol`.
+pub(super) async fn translated(
     snapshot: &Snapshot,
     services: &Services,
     headers: &Headers,
     body: &[u8],
+    protocol: Protocol,
 ) -> Routed {
     let limit = snapshot.server.max_body_bytes;
     let mut routed = if body.len() as u64 > limit {
         let size = body.len() as u64;
         refusal(snapshot, RouteError::TooLarge { size, limit })
     } else {
-        match messages::to_chat(body, false) {
+        match protocol::to_chat(protocol, body, false) {
             Ok(translated) => {
                 let mut routed = route_chat(snapshot, services, headers, &translated.body).await;
-                routed.trace.translation = Some((Protocol::Messages, translated.dropped));
+                routed.trace.translation = Some((protocol, translated.dropped));
                 routed
             }
             Err(error) => refusal(snapshot, error.into()),
@@ -39,9 +41,9 @@ pub(super) async fn messages(
                 None => CHAT_PATH.to_owned(),
             };
             forward.headers.set.push((":path".to_owned(), path));
-            forward.obligations.translate = Some(Protocol::Messages);
+            forward.obligations.translate = Some(protocol);
         }
-        Action::Respond(reply) => in_messages(reply),
+        Action::Respond(reply) => in_protocol(reply, protocol),
     }
     routed
 }
@@ -66,26 +68,20 @@ pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
     };
     if let Action::Respond(reply) = &mut routed.action {
         if reply.code != "ok" {
-            in_messages(reply);
+            in_protocol(reply, Protocol::Messages);
         }
     }
     routed
 }
 
-/// A reply mom-router gives itself, in Messages' shape: a completion (JSON or a stream) as a
-/// message, an error as a Messages error.
-pub fn in_messages(reply: &mut Reply) {
-    if reply.code != "ok" {
-        reply.body = messages::error_from(reply.status, &reply.body);
-        return;
-    }
+/// A reply mom-router gives itself, in the client's protocol: a completion (JSON or a stream)
+/// as the protocol's answer, an error in its error shape.
+pub fn in_protocol(reply: &mut Reply, protocol: Protocol) {
     let stream = reply
         .headers
         .iter()
         .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
-    if stream {
-        reply.body = messages_sse::translate_all(&reply.body);
-    } else if let Some(message) = messages::from_chat(&reply.body) {
-        reply.body = message;
+    if let Some(body) = protocol::translate_whole(protocol, reply.status, stream, &reply.body) {
+        reply.body = body;
     }
 }

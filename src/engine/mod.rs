@@ -27,7 +27,7 @@ mod workflows;
 
 pub use answer_guard::matches as answer_matches;
 pub use error::{Fault, RouteError, MAX_DEPTH};
-pub use ingress::in_messages;
+pub use ingress::in_protocol;
 pub use looper::{LooperTrace, Step};
 pub use obligations::Obligations;
 pub use plugins::HeaderEdits;
@@ -39,7 +39,7 @@ use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
 use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers, LlmClient};
-use crate::protocol::messages;
+use crate::protocol::{messages, responses, Protocol};
 use crate::selection::{request_key, Algorithm};
 use crate::signals::text::{scanned_text, windows};
 use crate::signals::{Input, Needs, Neural, OnError, SignalKind};
@@ -180,13 +180,17 @@ pub fn on_request_headers(
             trace: Trace::empty(snapshot),
         }),
         MODELS_PATH => refuse(method_not_allowed(method, path, "GET")),
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH if method != "POST" => {
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH
+            if method != "POST" =>
+        {
             refuse(method_not_allowed(method, path, "POST"))
         }
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH if end_of_stream => {
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH
+            if end_of_stream =>
+        {
             refuse(RouteError::BadRequest(crate::llm::RequestError::Empty))
         }
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH => {
+        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH => {
             let limit = snapshot.server.max_body_bytes;
             let announced = headers
                 .get("content-length")
@@ -210,7 +214,12 @@ pub async fn on_request_body(
     body: &[u8],
 ) -> Routed {
     match headers.path() {
-        messages::PATH => ingress::messages(snapshot, services, headers, body).await,
+        messages::PATH => {
+            ingress::translated(snapshot, services, headers, body, Protocol::Messages).await
+        }
+        responses::PATH => {
+            ingress::translated(snapshot, services, headers, body, Protocol::Responses).await
+        }
         messages::COUNT_TOKENS_PATH => ingress::count_tokens(snapshot, body),
         _ => route_chat(snapshot, services, headers, body).await,
     }

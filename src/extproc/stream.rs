@@ -106,7 +106,7 @@ struct Forwarded {
     /// The upstream's status, once its headers came.
     status: u16,
     /// The stream's translator into the client's protocol, once the response streams.
-    translator: Option<crate::protocol::messages_sse::SseTranslator>,
+    translator: Option<crate::protocol::StreamTranslator>,
     /// The answer as the client received it, collected for the cache.
     answer: Vec<u8>,
 }
@@ -389,7 +389,8 @@ impl StreamState {
         }
         let success = status.starts_with('2');
         forwarded.status = status.parse().unwrap_or(0);
-        let translate = forwarded.obligations.translate.is_some();
+        let protocol = forwarded.obligations.translate;
+        let translate = protocol.is_some();
         if !success || message.end_of_stream {
             // Only a complete 2xx answer is kept; waiting identical requests go upstream.
             forwarded.obligations.keep = None;
@@ -402,8 +403,8 @@ impl StreamState {
                     record.status = u32::from(fallback.status);
                     record.response_path = "immediate".to_owned();
                 }
-                if translate {
-                    crate::engine::in_messages(&mut fallback);
+                if let Some(protocol) = protocol {
+                    crate::engine::in_protocol(&mut fallback, protocol);
                 }
                 return convert::immediate(&fallback, &forwarded.trace);
             }
@@ -448,8 +449,8 @@ impl StreamState {
                 masker,
             )));
         }
-        if watch_body && translate && streams && !hold {
-            forwarded.translator = Some(crate::protocol::messages_sse::SseTranslator::new());
+        if let (true, Some(protocol), true, false) = (watch_body, protocol, streams, hold) {
+            forwarded.translator = crate::protocol::StreamTranslator::new(protocol);
         }
         if forwarded.restorer.is_some() || forwarded.translator.is_some() {
             // Rewritten chunks change the body's length: an upstream's content-length would

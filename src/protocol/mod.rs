@@ -6,6 +6,8 @@
 
 pub mod messages;
 pub mod messages_sse;
+pub mod responses;
+pub mod responses_sse;
 
 /// The protocol of a client's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -15,6 +17,8 @@ pub enum Protocol {
     Chat,
     /// Anthropic Messages (`POST /v1/messages`).
     Messages,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
 }
 
 impl Protocol {
@@ -23,6 +27,7 @@ impl Protocol {
         match self {
             Self::Chat => "chat",
             Self::Messages => "messages",
+            Self::Responses => "responses",
         }
     }
 }
@@ -49,5 +54,73 @@ impl TranslateError {
         Self {
             message: message.into(),
         }
+    }
+}
+
+/// Translates a request body in `protocol` into Chat Completions (`count_only`: the Messages
+/// token count, which needs no `max_tokens`).
+pub fn to_chat(
+    protocol: Protocol,
+    body: &[u8],
+    count_only: bool,
+) -> Result<Translated, TranslateError> {
+    match protocol {
+        Protocol::Chat => Ok(Translated {
+            body: body.to_vec(),
+            dropped: Vec::new(),
+        }),
+        Protocol::Messages => messages::to_chat(body, count_only),
+        Protocol::Responses => responses::to_chat(body),
+    }
+}
+
+/// A whole answer (or error) in the client's protocol: an error by its status, a stream all at
+/// once, a JSON completion whole. `None` when it stays as it is.
+pub fn translate_whole(
+    protocol: Protocol,
+    status: u16,
+    stream: bool,
+    body: &[u8],
+) -> Option<Vec<u8>> {
+    let success = (200..300).contains(&status);
+    match (protocol, success, stream) {
+        (Protocol::Chat, _, _) => None,
+        // Responses errors keep the OpenAI shape.
+        (Protocol::Responses, false, _) => None,
+        (Protocol::Messages, false, _) => Some(messages::error_from(status, body)),
+        (Protocol::Messages, true, true) => Some(messages_sse::translate_all(body)),
+        (Protocol::Messages, true, false) => messages::from_chat(body),
+        (Protocol::Responses, true, true) => Some(responses_sse::translate_all(body)),
+        (Protocol::Responses, true, false) => responses::from_chat(body),
+    }
+}
+
+/// One stream's translator into the client's protocol.
+#[derive(Debug)]
+pub enum StreamTranslator {
+    /// Into Messages events.
+    Messages(messages_sse::SseTranslator),
+    /// Into Responses events (boxed: it keeps the finished output items).
+    Responses(Box<responses_sse::SseTranslator>),
+}
+
+impl StreamTranslator {
+    /// A translator into `protocol`; `None` for Chat Completions.
+    pub fn new(protocol: Protocol) -> Option<Self> {
+        match protocol {
+            Protocol::Chat => None,
+            Protocol::Messages => Some(Self::Messages(messages_sse::SseTranslator::new())),
+            Protocol::Responses => Some(Self::Responses(Box::default())),
+        }
+    }
+
+    /// The client's events for `chunk`, and the closing ones at the end.
+    pub fn push(&mut self, chunk: &[u8], end_of_stream: bool) -> Vec<u8> {
+        let (mut out, end) = match self {
+            Self::Messages(t) => (t.push(chunk), end_of_stream.then(|| t.finish())),
+            Self::Responses(t) => (t.push(chunk), end_of_stream.then(|| t.finish())),
+        };
+        out.extend(end.unwrap_or_default());
+        out
     }
 }

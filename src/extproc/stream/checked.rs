@@ -19,17 +19,14 @@ impl StreamState {
         trace.error = Some((error.code(), error.fault()));
         self.count_contract(&trace);
         let mut reply = error.reply();
-        if self.translates() {
-            crate::engine::in_messages(&mut reply);
+        if let Some(protocol) = self
+            .forwarded
+            .as_ref()
+            .and_then(|f| f.obligations.translate)
+        {
+            crate::engine::in_protocol(&mut reply, protocol);
         }
         convert::immediate(&reply, &trace)
-    }
-
-    /// True when the answer goes back to the client in another protocol.
-    fn translates(&self) -> bool {
-        self.forwarded
-            .as_ref()
-            .is_some_and(|f| f.obligations.translate.is_some())
     }
 
     /// The client's protocol's bytes for the (chat) bytes `delivered`, when they differ: a
@@ -37,25 +34,15 @@ impl StreamState {
     /// error).
     pub(super) fn translate(&mut self, delivered: &[u8], end_of_stream: bool) -> Option<Vec<u8>> {
         let forwarded = self.forwarded.as_mut()?;
-        forwarded.obligations.translate?;
+        let protocol = forwarded.obligations.translate?;
         if let Some(translator) = &mut forwarded.translator {
-            let mut out = translator.push(delivered);
-            if end_of_stream {
-                out.extend(translator.finish());
-            }
-            return Some(out);
+            return Some(translator.push(delivered, end_of_stream));
         }
         if forwarded.body_mode != BodyMode::Buffered || !end_of_stream {
             return None;
         }
-        let status = forwarded.status;
-        if !(200..300).contains(&status) {
-            return Some(crate::protocol::messages::error_from(status, delivered));
-        }
-        if forwarded.stream {
-            return Some(crate::protocol::messages_sse::translate_all(delivered));
-        }
-        crate::protocol::messages::from_chat(delivered)
+        let (status, stream) = (forwarded.status, forwarded.stream);
+        crate::protocol::translate_whole(protocol, status, stream, delivered)
     }
 
     /// Counts a finished contract check.
