@@ -8,6 +8,7 @@ pub mod messages;
 pub mod messages_sse;
 pub mod responses;
 pub mod responses_sse;
+pub mod sse;
 
 /// The protocol of a client's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,7 +110,7 @@ impl StreamTranslator {
     pub fn new(protocol: Protocol) -> Option<Self> {
         match protocol {
             Protocol::Chat => None,
-            Protocol::Messages => Some(Self::Messages(messages_sse::SseTranslator::new())),
+            Protocol::Messages => Some(Self::Messages(Default::default())),
             Protocol::Responses => Some(Self::Responses(Box::default())),
         }
     }

@@ -7,11 +7,8 @@
 //! carries its `sequence_number`. Chunks may split lines anywhere; only the first choice is read.
 
 use super::responses::{call_item, message_item, response};
+use super::sse::{self, Events};
 use serde_json::{json, Value};
-
-/// Longest event line held while waiting for its newline; a longer one ends the stream with
-/// an error event.
-pub const MAX_LINE: usize = 4 * 1024 * 1024;
 
 /// The output item being streamed.
 #[derive(Debug)]
@@ -27,123 +24,31 @@ enum Open {
     },
 }
 
-/// Translates one stream; feed it every chunk, then [`SseTranslator::finish`].
+/// Responses' events for one stream.
 #[derive(Debug, Default)]
-pub struct SseTranslator {
-    line: Vec<u8>,
+pub struct ResponsesEvents {
     started: bool,
-    finished: bool,
     sequence: u64,
     id: String,
     model: Value,
+    /// Output items finished so far.
     done: Vec<Value>,
     open: Option<Open>,
     finish_reason: Option<String>,
-    usage: (u64, u64),
 }
 
-impl SseTranslator {
-    /// A translator for a new stream.
-    pub fn new() -> Self {
-        Self::default()
-    }
+/// Translates one chat stream into Responses events.
+pub type SseTranslator = sse::Translator<ResponsesEvents>;
 
-    fn event(&mut self, kind: &str, mut data: Value) -> Vec<u8> {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
-        format!("event: {kind}\ndata: {data}\n\n").into_bytes()
-    }
-
-    /// The Responses events for `chunk`.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        if self.finished {
-            return out;
-        }
-        for &byte in chunk {
-            if byte != b'\n' {
-                self.line.push(byte);
-                if self.line.len() > MAX_LINE {
-                    self.line.clear();
-                    out.extend(self.fail("an upstream event line exceeded 4 MiB"));
-                    return out;
-                }
-                continue;
-            }
-            let line = std::mem::take(&mut self.line);
-            out.extend(self.on_line(&line));
-        }
-        out
-    }
-
-    /// The closing events (once), whether or not the upstream sent `[DONE]`.
-    pub fn finish(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            out.extend(self.on_line(&line));
-        }
-        if self.finished {
-            return out;
-        }
-        self.finished = true;
-        out.extend(self.start());
-        out.extend(self.close());
-        let whole = response(
-            &self.id,
-            &self.model,
-            self.done.clone(),
-            self.finish_reason.as_deref(),
-            self.usage,
-        );
-        let kind = match whole["status"].as_str() {
-            Some("incomplete") => "response.incomplete",
-            _ => "response.completed",
-        };
-        out.extend(self.event(kind, json!({"response": whole})));
-        out
-    }
-
-    fn fail(&mut self, message: &str) -> Vec<u8> {
-        self.finished = true;
-        self.event(
-            "error",
-            json!({"code": "upstream_error", "message": message, "param": null}),
-        )
-    }
-
-    fn on_line(&mut self, line: &[u8]) -> Vec<u8> {
-        let line = String::from_utf8_lossy(line);
-        let Some(data) = line.trim_end_matches('\r').strip_prefix("data:") else {
-            return Vec::new();
-        };
-        let data = data.trim();
-        if data == "[DONE]" {
-            return self.finish();
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            return Vec::new();
-        };
-        if let Some(message) = chunk["error"]["message"].as_str() {
-            return self.fail(message);
-        }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = (
-                usage["prompt_tokens"].as_u64().unwrap_or(self.usage.0),
-                usage["completion_tokens"].as_u64().unwrap_or(self.usage.1),
-            );
-        }
+impl Events for ResponsesEvents {
+    fn chunk(&mut self, chunk: &Value, choice: Option<&Value>) -> Vec<u8> {
         let mut out = Vec::new();
         if !self.started {
             self.id = chunk["id"].as_str().unwrap_or_default().to_owned();
             self.model = chunk["model"].clone();
             out.extend(self.start());
         }
-        let Some(choice) = chunk["choices"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0))
-        else {
+        let Some(choice) = choice else {
             return out;
         };
         let delta = &choice["delta"];
@@ -157,6 +62,35 @@ impl SseTranslator {
             self.finish_reason = Some(reason.to_owned());
         }
         out
+    }
+
+    fn end(&mut self, usage: (u64, u64)) -> Vec<u8> {
+        let mut out = self.start();
+        out.extend(self.close());
+        let finish = self.finish_reason.as_deref();
+        let whole = response(&self.id, &self.model, self.done.clone(), finish, usage);
+        let kind = match whole["status"].as_str() {
+            Some("incomplete") => "response.incomplete",
+            _ => "response.completed",
+        };
+        out.extend(self.event(kind, json!({"response": whole})));
+        out
+    }
+
+    fn error(&mut self, message: &str) -> Vec<u8> {
+        self.event(
+            "error",
+            json!({"code": "upstream_error", "message": message, "param": null}),
+        )
+    }
+}
+
+impl ResponsesEvents {
+    fn event(&mut self, kind: &str, mut data: Value) -> Vec<u8> {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        format!("event: {kind}\ndata: {data}\n\n").into_bytes()
     }
 
     fn start(&mut self) -> Vec<u8> {
@@ -293,63 +227,21 @@ impl SseTranslator {
 
 /// A whole chat event stream translated at once (a held body).
 pub fn translate_all(stream: &[u8]) -> Vec<u8> {
-    let mut translator = SseTranslator::new();
-    let mut out = translator.push(stream);
-    out.extend(translator.finish());
-    out
+    sse::translate_all::<ResponsesEvents>(stream)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn chunk(delta: Value, finish: Option<&str>) -> String {
-        let chunk = json!({"id": "c9", "model": "qwen",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
-        format!("data: {chunk}\n\n")
-    }
-
-    fn stream() -> String {
-        let usage = json!({"id": "c9", "choices": [],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 5}});
-        [
-            chunk(json!({"role": "assistant", "content": "Hel"}), None),
-            chunk(json!({"content": "lo"}), None),
-            chunk(
-                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                    "function": {"name": "weather", "arguments": "{\"ci"}}]}),
-                None,
-            ),
-            chunk(
-                json!({"tool_calls": [{"index": 0, "function": {"arguments": "ty\":1}"}}]}),
-                None,
-            ),
-            chunk(json!({}), Some("tool_calls")),
-            format!("data: {usage}\n\n"),
-            "data: [DONE]\n\n".to_owned(),
-        ]
-        .concat()
-    }
-
-    fn events(bytes: &[u8]) -> Vec<Value> {
-        String::from_utf8(bytes.to_vec())
-            .unwrap()
-            .split("\n\n")
-            .filter(|e| !e.is_empty())
-            .map(|e| {
-                let (kind, data) = e.split_once('\n').unwrap();
-                let data: Value =
-                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
-                assert_eq!(kind.strip_prefix("event: "), data["type"].as_str());
-                data
-            })
-            .collect()
-    }
+    use crate::protocol::sse::{assert_chunking_invariant, parse_events, sample_stream};
 
     #[test]
     fn a_chat_stream_becomes_the_typed_response_events() {
-        let out = events(&translate_all(stream().as_bytes()));
-        let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        let out = parse_events(&translate_all(sample_stream().as_bytes()));
+        for (kind, data) in &out {
+            assert_eq!(data["type"], kind.as_str());
+        }
+        let kinds: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             kinds,
             [
@@ -371,12 +263,12 @@ mod tests {
         );
         let numbers: Vec<u64> = out
             .iter()
-            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .map(|(_, e)| e["sequence_number"].as_u64().unwrap_or(u64::MAX))
             .collect();
         assert_eq!(numbers, (0..14).collect::<Vec<_>>());
-        assert_eq!(out[5]["text"], "Hello");
-        assert_eq!(out[11]["arguments"], r#"{"city":1}"#);
-        let done = &out[13]["response"];
+        assert_eq!(out[5].1["text"], "Hello");
+        assert_eq!(out[11].1["arguments"], r#"{"city":1}"#);
+        let done = &out[13].1["response"];
         assert_eq!(done["status"], "completed");
         assert_eq!(done["output"][0]["content"][0]["text"], "Hello");
         assert_eq!(done["output"][1]["call_id"], "call_1");
@@ -385,29 +277,15 @@ mod tests {
 
     #[test]
     fn every_chunking_of_a_stream_gives_the_same_events() {
-        let whole = translate_all(stream().as_bytes());
-        let bytes = stream().into_bytes();
-        for size in [1, 2, 5, 64, 1000] {
-            let mut translator = SseTranslator::new();
-            let mut out: Vec<u8> = bytes
-                .chunks(size)
-                .flat_map(|c| translator.push(c))
-                .collect();
-            out.extend(translator.finish());
-            assert_eq!(out, whole, "chunks of {size}");
-        }
+        assert_chunking_invariant::<ResponsesEvents>();
     }
 
     #[test]
     fn a_stream_at_the_token_limit_ends_incomplete() {
-        let cut = [
-            chunk(json!({"content": "Hi"}), Some("length")),
-            "data: [DONE]\n\n".to_owned(),
-        ]
-        .concat();
-        let out = events(&translate_all(cut.as_bytes()));
-        let last = out.last().unwrap();
-        assert_eq!(last["type"], "response.incomplete");
+        let cut = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+        let out = parse_events(&translate_all(cut.as_bytes()));
+        let (kind, last) = out.last().unwrap();
+        assert_eq!(kind, "response.incomplete");
         assert_eq!(
             last["response"]["incomplete_details"]["reason"],
             "max_output_tokens"
