@@ -567,12 +567,7 @@ async fn the_quickstart_mom_secu_refuses_attacks_and_masks_personal_data() {
     // The echo backend repeats what it saw (the placeholder); the answer has the value back.
     let text = answer["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(text.contains("jane.doe@example.com"), "{text}");
-    let seen: Vec<String> = stack
-        .backends
-        .values()
-        .flat_map(|b| b.seen.lock().unwrap().clone())
-        .map(|s| String::from_utf8_lossy(&s.body).into_owned())
-        .collect();
+    let seen = stack.bodies_seen();
     assert_eq!(seen.len(), 1);
     assert!(
         seen[0].contains("[EMAIL_1]") && !seen[0].contains("jane.doe"),

@@ -195,12 +195,7 @@ async fn tokens_are_counted_locally_and_masked_values_come_back_in_the_message()
     let answer: Value = response.json().await.unwrap();
     let text = answer["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("jane.doe@example.com"), "{answer}");
-    let seen: Vec<String> = stack
-        .backends
-        .values()
-        .flat_map(|b| b.seen.lock().unwrap().clone())
-        .map(|s| String::from_utf8_lossy(&s.body).into_owned())
-        .collect();
+    let seen = stack.bodies_seen();
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].contains("jane.doe"), "{}", seen[0]);
 }

@@ -176,6 +176,15 @@ impl Stack {
             .unwrap()
     }
 
+    /// Every request body the backends received, as text.
+    pub fn bodies_seen(&self) -> Vec<String> {
+        self.backends
+            .values()
+            .flat_map(|b| b.seen.lock().unwrap().clone())
+            .map(|s| String::from_utf8_lossy(&s.body).into_owned())
+            .collect()
+    }
+
     /// Requests the backends received, in all.
     pub fn requests_seen(&self) -> usize {
         self.backends
