@@ -59,6 +59,9 @@ SAMPLES = [
     ("Anthropic Messages", "POST", "/v1/messages",
      json.dumps({"model": "mom/auto", "max_tokens": 40,
                  "messages": [{"role": "user", "content": "Write a python function that squares a number."}]}).encode()),
+    ("OpenAI Responses", "POST", "/v1/responses",
+     json.dumps({"model": "mom/auto", "max_output_tokens": 40,
+                 "input": "What is the capital of Italy?"}).encode()),
     ("malformed body", "POST", "/v1/chat/completions", b'{"model": "mom/auto", "messages": '),
     ("unknown model", "POST", "/v1/chat/completions", chat("hi", model="gpt-9")),
     ("model list", "GET", "/v1/models", None),
@@ -90,6 +93,9 @@ def answer_of(body, streamed):
             return "error: " + doc["error"]["message"]
         if doc.get("type") == "message":
             return "".join(block.get("text", "") for block in doc["content"])
+        if doc.get("object") == "response":
+            return "".join(part.get("text", "") for item in doc["output"]
+                           for part in item.get("content", []))
         if doc.get("object") == "list":
             return "models: " + ", ".join(m["id"] for m in doc["data"])
         return doc["choices"][0]["message"]["content"]
