@@ -125,15 +125,10 @@ async fn a_client_that_leaves_mid_cascade_stops_the_cascade() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
     // Queues of one text: concurrent requests find the PII classifier (and encoder) busy.
-    let config = quickstart_config()
-        .replace(
-            "    maxTokens: 128\n    minScore: 0.6\n",
-            "    maxTokens: 128\n    minScore: 0.6\n    queue: 1\n    maxBatch: 1\n",
-        )
-        .replace(
-            "    maxTokens: 256\n  ner:",
-            "    maxTokens: 256\n    queue: 1\n    maxBatch: 1\n  ner:",
-        );
+    let config = quickstart_config().replace(
+        "    callTimeoutMs: 1500\n",
+        "    callTimeoutMs: 1500\n    queue: 1\n    maxBatch: 1\n",
+    );
     assert_eq!(config.matches("queue: 1").count(), 2);
     let stack = Stack::start_with_config(&config).await;
     let sends = (0..24).map(|i| {
@@ -173,4 +168,36 @@ async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
         errors >= blocked as f64,
         "{blocked} blocked, {errors} errors\n{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_model_past_its_call_deadline_refuses_with_503_not_envoys_504() {
+    // A deadline no forward pass meets: every guard call gives up, as under overload.
+    let config = quickstart_config().replace("callTimeoutMs: 1500", "callTimeoutMs: 1");
+    assert_eq!(config.matches("callTimeoutMs: 1\n").count(), 2);
+    let stack = Stack::start_with_config(&config).await;
+    let text = "Please summarise the minutes of the harbour committee meeting held on Tuesday, \
+        covering the budget, the new pier, the ferry timetable and the dredging contract.";
+    let mut body = ask(text);
+    body["model"] = "mom/secu".into();
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "deadline"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "policy_unavailable", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no answer within 1 ms"), "{message}");
+    assert_eq!(stack.requests_seen(), 0);
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    let timed_out: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("mom_model_timed_out_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(timed_out >= 1.0, "{metrics}");
 }

@@ -148,7 +148,7 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
     if text.ends_with("# EOF\n") {
         text.truncate(text.len() - "# EOF\n".len());
     }
-    let families: [CounterFamily; 6] = [
+    let families: [CounterFamily; 7] = [
         (
             "mom_model_batches",
             "Forward passes run by a model worker",
@@ -163,6 +163,11 @@ fn with_model_workers(mut text: String, workers: &[(&str, &EncoderStats)]) -> St
             "mom_model_overloaded",
             "Calls refused because a model worker's queue was full",
             |s| s.overloaded.load(Ordering::Relaxed),
+        ),
+        (
+            "mom_model_timed_out",
+            "Calls that gave up waiting for a model worker past its deadline",
+            |s| s.timed_out.load(Ordering::Relaxed),
         ),
         (
             "mom_model_cache_hits",

@@ -71,6 +71,9 @@ pub struct RawNer {
     pub max_wait_ms: Option<u64>,
     /// Queued texts beyond which calls are refused as overloaded; default 256.
     pub queue: Option<usize>,
+    /// Longest a call waits for the model (queue and forward pass), in milliseconds, before
+    /// it fails as overloaded; default none. Keep it below Envoy's ext_proc message_timeout.
+    pub call_timeout_ms: Option<u64>,
     /// Results cached by text; default 10000.
     pub cache_entries: Option<u64>,
     /// An entity counts when one of its tokens reaches this probability; default 0.5.
@@ -115,6 +118,9 @@ pub struct RawEncoder {
     pub max_wait_ms: Option<u64>,
     /// Queued texts beyond which calls are refused as overloaded; default 256.
     pub queue: Option<usize>,
+    /// Longest a call waits for the model (queue and forward pass), in milliseconds, before
+    /// it fails as overloaded; default none. Keep it below Envoy's ext_proc message_timeout.
+    pub call_timeout_ms: Option<u64>,
     /// Embeddings cached by text; default 10000.
     pub cache_entries: Option<u64>,
 }

@@ -42,6 +42,9 @@ pub enum InferenceError {
     /// The worker has stopped.
     #[error("encoder worker stopped")]
     Closed,
+    /// No answer within the call deadline (`callTimeoutMs`): the model is too busy.
+    #[error("model overloaded: no answer within {0} ms")]
+    TimedOut(u64),
 }
 
 /// A sentence encoder: pooled, L2-normalised embeddings, one per input text.

@@ -26,6 +26,9 @@ pub struct BatchSettings {
     pub queue: usize,
     /// Embeddings kept in the cache.
     pub cache_entries: u64,
+    /// Longest a call waits for its answer (queue and forward pass) before it fails with
+    /// `TimedOut`; none: as long as it takes.
+    pub deadline: Option<Duration>,
 }
 
 /// Counters a worker keeps (read by the metrics endpoint and tests).
@@ -37,6 +40,8 @@ pub struct EncoderStats {
     pub items: AtomicU64,
     /// Calls refused because the queue was full.
     pub overloaded: AtomicU64,
+    /// Calls that gave up waiting past the deadline.
+    pub timed_out: AtomicU64,
     /// Calls answered from the cache.
     pub cache_hits: AtomicU64,
     /// Times the model was loaded again after a panic.
@@ -112,6 +117,7 @@ pub struct ModelHandle<O> {
     described: String,
     weights: Option<std::path::PathBuf>,
     stats: Arc<EncoderStats>,
+    deadline: Option<Duration>,
 }
 
 /// A running sentence encoder.
@@ -224,6 +230,7 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             described,
             weights: None,
             stats,
+            deadline: settings.deadline,
         })
     }
 
@@ -258,7 +265,18 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             }
             Err(TrySendError::Disconnected(_)) => return Err(InferenceError::Closed),
         }
-        let output = answer.await.map_err(|_| InferenceError::Closed)??;
+        let answered = match self.deadline {
+            // A caller that gives up drops its reply: the worker skips the text if unrun.
+            Some(deadline) => match tokio::time::timeout(deadline, answer).await {
+                Ok(answered) => answered,
+                Err(_) => {
+                    self.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                    return Err(InferenceError::TimedOut(deadline.as_millis() as u64));
+                }
+            },
+            None => answer.await,
+        };
+        let output = answered.map_err(|_| InferenceError::Closed)??;
         self.cache.insert(key, output.clone());
         Ok(output)
     }
@@ -398,6 +416,7 @@ mod tests {
             max_wait: Duration::from_millis(1),
             queue: 8,
             cache_entries: 16,
+            deadline: None,
         };
         let handle = Arc::new(
             ModelHandle::start("slow", settings, || Ok(Slow)).unwrap_or_else(|e| panic!("{e}")),
@@ -417,6 +436,41 @@ mod tests {
         assert_eq!(handle.stats().items.load(Ordering::SeqCst), 2);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_past_its_deadline_fails_as_overloaded_and_its_text_is_skipped() {
+        let settings = BatchSettings {
+            max_batch: 1,
+            max_wait: Duration::from_millis(1),
+            queue: 8,
+            cache_entries: 16,
+            deadline: Some(Duration::from_millis(300)),
+        };
+        let handle = Arc::new(
+            ModelHandle::start("slow", settings, || Ok(Slow)).unwrap_or_else(|e| panic!("{e}")),
+        );
+        // Batches take 200 ms: the first call fits its 300 ms; the second (queued at 20 ms,
+        // run from 200 to 400 ms) and the third (queued behind it) do not.
+        let first = {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.call("one").await.map(|n| *n) })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.call("two!").await.map(|n| *n) })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let third = handle.call("three").await;
+        assert_eq!(third, Err(InferenceError::TimedOut(300)));
+        assert_eq!(first.await.ok(), Some(Ok(3)));
+        assert_eq!(second.await.ok(), Some(Err(InferenceError::TimedOut(300))));
+        assert_eq!(handle.stats().timed_out.load(Ordering::SeqCst), 2);
+        // The third text's caller gave up while it was queued: it is never run.
+        assert_eq!(handle.call("after").await.map(|n| *n), Ok(5));
+        assert_eq!(handle.stats().abandoned.load(Ordering::SeqCst), 1);
+        assert_eq!(handle.stats().items.load(Ordering::SeqCst), 3);
+    }
+
     #[tokio::test]
     async fn a_panicking_model_is_reloaded_a_bounded_number_of_times_then_stays_stopped() {
         let settings = BatchSettings {
@@ -424,6 +478,7 @@ mod tests {
             max_wait: Duration::from_millis(1),
             queue: 8,
             cache_entries: 16,
+            deadline: None,
         };
         let loads = Arc::new(AtomicU64::new(0));
         let counted = loads.clone();
