@@ -51,7 +51,8 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
         ("smalltalk", "Hi! How are you today?", "", "balanced"),
         (
             "long",
-            &"Tell me a story about the sea. ".repeat(300),
+            // Just past the long_prompt signal's 1,000 tokens (characters ÷ 4).
+            &"Tell me a story about the sea. ".repeat(140),
             "gemma3-270m",
             "long_context",
         ),
