@@ -167,6 +167,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let services = Services {
         state: state.clone(),
         client: Some(client.clone()),
+        model_deadlines: true,
     };
     let reloaded = Arc::new(tokio::sync::Notify::new());
     tasks.push(tokio::spawn(crate::lock::maintain(

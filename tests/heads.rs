@@ -302,7 +302,7 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
     )
     .unwrap();
     let before = encoder.stats().items.load(Ordering::Relaxed);
-    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request).await;
+    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request, false).await;
     assert_eq!(encoder.stats().items.load(Ordering::Relaxed) - before, 1);
     let embedding = neural.embedding.unwrap().unwrap();
     let windows = neural.windows.unwrap().unwrap();
@@ -314,7 +314,7 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
     let long = long.join(" ");
     let request = mom_router::llm::ChatRequest::parse(ask(&long).to_string().as_bytes()).unwrap();
     let before = encoder.stats().items.load(Ordering::Relaxed);
-    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request).await;
+    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request, false).await;
     let windows = neural.windows.unwrap().unwrap();
     assert_eq!(
         windows.len(),

@@ -118,7 +118,10 @@ impl GroundingCheck {
         let mut texts = claims.clone();
         texts.extend(self.context.iter().cloned());
         let embedded = match encoder {
-            Some(encoder) => encoder.embed_many(&texts).await.map_err(|e| e.to_string()),
+            Some(encoder) => encoder
+                .embed_many(&texts, None)
+                .await
+                .map_err(|e| e.to_string()),
             None => Err("no encoder is configured".to_owned()),
         };
         let vectors = match embedded {

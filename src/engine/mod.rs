@@ -147,6 +147,9 @@ pub struct Services {
     pub state: Arc<StateStore>,
     /// Sub-requests through Envoy's internal listener.
     pub client: Option<LlmClient>,
+    /// Model calls give up at their configured `callTimeoutMs` (serving, where Envoy's
+    /// message timeout runs); offline tools wait as long as the models take.
+    pub model_deadlines: bool,
 }
 
 impl Services {
@@ -155,6 +158,7 @@ impl Services {
         Self {
             state: Arc::new(StateStore::new(snapshot.state.clone())),
             client: None,
+            model_deadlines: false,
         }
     }
 }
@@ -252,7 +256,8 @@ async fn route_chat(
         Err(e) => return refusal(snapshot, e.into()),
     };
     if let Some(identity) = snapshot.identity(&request.model) {
-        let neural = neural_inputs(snapshot, identity.needs, &request).await;
+        let deadlines = services.model_deadlines;
+        let neural = neural_inputs(snapshot, identity.needs, &request, deadlines).await;
         let context = Context {
             snapshot,
             state,
@@ -306,7 +311,12 @@ async fn route_chat(
 /// together so they share a batch, each distinct text once: a one-message request needs one
 /// forward for both. The token classifier gets every message once (scanned in overlapping
 /// windows) for every PII signal.
-pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequest) -> Neural {
+pub async fn neural_inputs(
+    snapshot: &Snapshot,
+    needs: Needs,
+    request: &ChatRequest,
+    deadlines: bool,
+) -> Neural {
     let window_texts = if needs.windows {
         windows(&scanned_text(request))
     } else {
@@ -326,7 +336,10 @@ pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequ
             return None;
         }
         Some(match &snapshot.encoder {
-            Some(encoder) => encoder.embed_many(&texts).await,
+            Some(encoder) => {
+                let deadline = encoder.deadline().filter(|_| deadlines);
+                encoder.embed_many(&texts, deadline).await
+            }
             None => Err(InferenceError::Closed),
         })
     };
@@ -336,7 +349,10 @@ pub async fn neural_inputs(snapshot: &Snapshot, needs: Needs, request: &ChatRequ
         }
         let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
         Some(match &snapshot.ner {
-            Some(ner) => ner.call(&text.join("\n")).await,
+            Some(ner) => {
+                let deadline = ner.deadline().filter(|_| deadlines);
+                ner.call_within(&text.join("\n"), deadline).await
+            }
             None => Err(InferenceError::Closed),
         })
     };

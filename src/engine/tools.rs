@@ -38,7 +38,7 @@ pub(super) async fn select(
             format!("{}: {about}", name(t))
         })
         .collect();
-    let vectors = match encoder.embed_many(&texts).await {
+    let vectors = match encoder.embed_many(&texts, None).await {
         Ok(vectors) => vectors,
         Err(error) => return format!("kept all {total} tools (encoder: {error})"),
     };

@@ -26,8 +26,8 @@ pub struct BatchSettings {
     pub queue: usize,
     /// Embeddings kept in the cache.
     pub cache_entries: u64,
-    /// Longest a call waits for its answer (queue and forward pass) before it fails with
-    /// `TimedOut`; none: as long as it takes.
+    /// Longest a request-path call waits for its answer (queue and forward pass) before it
+    /// fails with `TimedOut` (applied by callers that pass it); none: as long as it takes.
     pub deadline: Option<Duration>,
 }
 
@@ -156,8 +156,15 @@ impl EncoderHandle {
 
     /// Embeds several texts, queued together so they can share a batch; fails as a whole when
     /// any one fails.
-    pub async fn embed_many(&self, texts: &[String]) -> Result<Vec<Arc<Vec<f32>>>, InferenceError> {
-        let calls: Vec<_> = texts.iter().map(|text| self.call(text)).collect();
+    pub async fn embed_many(
+        &self,
+        texts: &[String],
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Arc<Vec<f32>>>, InferenceError> {
+        let calls: Vec<_> = texts
+            .iter()
+            .map(|text| self.call_within(text, deadline))
+            .collect();
         futures_util::future::join_all(calls)
             .await
             .into_iter()
@@ -244,9 +251,20 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
         &self.stats
     }
 
-    /// Runs the model on one text: from the cache, or queued for the next batch; `Overloaded`
-    /// at once when the queue is full.
+    /// The configured call deadline (`callTimeoutMs`), which [`ModelHandle::call_within`]
+    /// callers on the request path apply.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// Runs the model on one text with no deadline (see [`ModelHandle::call_within`]).
     pub async fn call(&self, text: &str) -> Answer<O> {
+        self.call_within(text, None).await
+    }
+
+    /// Runs the model on one text: from the cache, or queued for the next batch; `Overloaded`
+    /// at once when the queue is full, `TimedOut` past `deadline`.
+    pub async fn call_within(&self, text: &str, deadline: Option<Duration>) -> Answer<O> {
         let key = cache_key(text);
         if let Some(hit) = self.cache.get(&key) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -265,7 +283,7 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             }
             Err(TrySendError::Disconnected(_)) => return Err(InferenceError::Closed),
         }
-        let answered = match self.deadline {
+        let answered = match deadline {
             // A caller that gives up drops its reply: the worker skips the text if unrun.
             Some(deadline) => match tokio::time::timeout(deadline, answer).await {
                 Ok(answered) => answered,
@@ -452,15 +470,25 @@ mod tests {
         // run from 200 to 400 ms) and the third (queued behind it) do not.
         let first = {
             let handle = handle.clone();
-            tokio::spawn(async move { handle.call("one").await.map(|n| *n) })
+            tokio::spawn(async move {
+                handle
+                    .call_within("one", handle.deadline())
+                    .await
+                    .map(|n| *n)
+            })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let second = {
             let handle = handle.clone();
-            tokio::spawn(async move { handle.call("two!").await.map(|n| *n) })
+            tokio::spawn(async move {
+                handle
+                    .call_within("two!", handle.deadline())
+                    .await
+                    .map(|n| *n)
+            })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let third = handle.call("three").await;
+        let third = handle.call_within("three", handle.deadline()).await;
         assert_eq!(third, Err(InferenceError::TimedOut(300)));
         assert_eq!(first.await.ok(), Some(Ok(3)));
         assert_eq!(second.await.ok(), Some(Err(InferenceError::TimedOut(300))));

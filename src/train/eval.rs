@@ -75,7 +75,7 @@ pub async fn evaluate_signal(
                     });
                     let request = ChatRequest::parse(body.to_string().as_bytes())
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                    let neural = neural_inputs(snapshot, needs, &request).await;
+                    let neural = neural_inputs(snapshot, needs, &request, false).await;
                     let result = signal.evaluate(&request, headers, &neural, &|_| None);
                     if let Some(error) = result.error {
                         anyhow::bail!("signal {} gave no answer: {error}", signal.name);
