@@ -17,6 +17,16 @@ use serde_json::Value;
 use support::sidecar::quickstart_config;
 use support::stack::{ask, Stack};
 
+/// The sum of a labelled counter over its series in a Prometheus text exposition.
+fn counted(metrics: &str, name: &str) -> f64 {
+    let series = format!("{name}{{");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Routes `text` through the quickstart policy with its encoder and NER model gone (every
 /// neural call fails, as when the queues are flooded).
 async fn without_models(config: &str, text: &str) -> Action {
@@ -159,11 +169,7 @@ async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
     // A blocked request never reached a model; each one is counted.
     assert_eq!(stack.requests_seen(), answered);
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
-    let errors: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("mom_signal_errors_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let errors = counted(&metrics, "mom_signal_errors_total");
     assert!(
         errors >= blocked as f64,
         "{blocked} blocked, {errors} errors\n{metrics}"
@@ -194,10 +200,6 @@ async fn a_guard_model_past_its_call_deadline_refuses_with_503_not_envoys_504() 
     assert!(message.contains("no answer within 1 ms"), "{message}");
     assert_eq!(stack.requests_seen(), 0);
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
-    let timed_out: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("mom_model_timed_out_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let timed_out = counted(&metrics, "mom_model_timed_out_total");
     assert!(timed_out >= 1.0, "{metrics}");
 }

@@ -468,25 +468,18 @@ mod tests {
         );
         // Batches take 200 ms: the first call fits its 300 ms; the second (queued at 20 ms,
         // run from 200 to 400 ms) and the third (queued behind it) do not.
-        let first = {
+        let spawn = |text: &'static str| {
             let handle = handle.clone();
             tokio::spawn(async move {
                 handle
-                    .call_within("one", handle.deadline())
+                    .call_within(text, handle.deadline())
                     .await
                     .map(|n| *n)
             })
         };
+        let first = spawn("one");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let second = {
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                handle
-                    .call_within("two!", handle.deadline())
-                    .await
-                    .map(|n| *n)
-            })
-        };
+        let second = spawn("two!");
         tokio::time::sleep(Duration::from_millis(20)).await;
         let third = handle.call_within("three", handle.deadline()).await;
         assert_eq!(third, Err(InferenceError::TimedOut(300)));
