@@ -25,7 +25,6 @@ fn spec(backend: Backend) -> EncoderSpec {
             max_wait: Duration::ZERO,
             queue: 64,
             cache_entries: 0,
-            deadline: None,
         },
     }
 }

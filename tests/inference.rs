@@ -34,7 +34,6 @@ fn settings(max_batch: usize, max_wait_ms: u64, queue: usize) -> BatchSettings {
         max_wait: Duration::from_millis(max_wait_ms),
         queue,
         cache_entries: 0,
-        deadline: None,
     }
 }
 

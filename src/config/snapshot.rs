@@ -447,6 +447,8 @@ pub struct Snapshot {
     pub observe_responses: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
+    /// How long a request's call to each model may wait (`callTimeoutMs`), when serving.
+    pub call_deadlines: CallDeadlines,
     /// The bundle and binding this snapshot was composed from; `None` for a plain
     /// configuration file.
     pub artifact: Option<super::binding::Artifact>,
@@ -480,4 +482,14 @@ impl Snapshot {
             .chain(self.models.iter().map(|m| m.name.as_str()))
             .collect()
     }
+}
+
+/// The longest a request's call waits for each model (`inference.*.callTimeoutMs`); none: as
+/// long as it takes. Applied on the serving path, where Envoy's message timeout runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallDeadlines {
+    /// For the sentence encoder.
+    pub encoder: Option<std::time::Duration>,
+    /// For the token classifier.
+    pub ner: Option<std::time::Duration>,
 }

@@ -17,19 +17,13 @@ pub(super) async fn translated(
     body: &[u8],
     protocol: Protocol,
 ) -> Routed {
-    let limit = snapshot.server.max_body_bytes;
-    let mut routed = if body.len() as u64 > limit {
-        let size = body.len() as u64;
-        refusal(snapshot, RouteError::TooLarge { size, limit })
-    } else {
-        match protocol::to_chat(protocol, body, false) {
-            Ok(translated) => {
-                let mut routed = route_chat(snapshot, services, headers, &translated.body).await;
-                routed.trace.translation = Some((protocol, translated.dropped));
-                routed
-            }
-            Err(error) => refusal(snapshot, error.into()),
+    let mut routed = match protocol::to_chat(protocol, body, false) {
+        Ok(translated) => {
+            let mut routed = route_chat(snapshot, services, headers, &translated.body).await;
+            routed.trace.translation = Some((protocol, translated.dropped));
+            routed
         }
+        Err(error) => refusal(snapshot, error.into()),
     };
     match &mut routed.action {
         Action::Forward(forward) => {
@@ -53,7 +47,7 @@ pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
     let counted = messages::to_chat(body, true)
         .map_err(RouteError::from)
         .and_then(|t| ChatRequest::parse(&t.body).map_err(RouteError::from));
-    let mut routed = match counted {
+    match counted {
         Ok(request) => {
             let tokens = crate::signals::estimate_tokens(&request);
             let body = serde_json::json!({"input_tokens": tokens}).to_string();
@@ -64,23 +58,20 @@ pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
                 trace,
             }
         }
-        Err(error) => refusal(snapshot, error),
-    };
-    if let Action::Respond(reply) = &mut routed.action {
-        if reply.code != "ok" {
-            in_protocol(reply, Protocol::Messages);
+        Err(error) => {
+            let mut refused = refusal(snapshot, error);
+            if let Action::Respond(reply) = &mut refused.action {
+                in_protocol(reply, Protocol::Messages);
+            }
+            refused
         }
     }
-    routed
 }
 
 /// A reply mom-router gives itself, in the client's protocol: a completion (JSON or a stream)
 /// as the protocol's answer, an error in its error shape.
 pub fn in_protocol(reply: &mut Reply, protocol: Protocol) {
-    let stream = reply
-        .headers
-        .iter()
-        .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
+    let stream = reply.streams();
     if let Some(body) = protocol::translate_whole(protocol, reply.status, stream, &reply.body) {
         reply.body = body;
     }

@@ -86,6 +86,13 @@ impl Reply {
             code: "ok",
         }
     }
+
+    /// True when the body is server-sent events.
+    pub fn streams(&self) -> bool {
+        self.headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"))
+    }
 }
 
 /// The upstream request mom-router hands back to Envoy.
@@ -165,6 +172,13 @@ impl Services {
 
 /// The chat-completions path.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
+/// The paths that take a request body (POST), one per protocol.
+const BODY_PATHS: [&str; 4] = [
+    CHAT_PATH,
+    messages::PATH,
+    messages::COUNT_TOKENS_PATH,
+    responses::PATH,
+];
 /// The model-list path.
 pub const MODELS_PATH: &str = "/v1/models";
 
@@ -184,17 +198,13 @@ pub fn on_request_headers(
             trace: Trace::empty(snapshot),
         }),
         MODELS_PATH => refuse(method_not_allowed(method, path, "GET")),
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH
-            if method != "POST" =>
-        {
+        _ if BODY_PATHS.contains(&path) && method != "POST" => {
             refuse(method_not_allowed(method, path, "POST"))
         }
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH
-            if end_of_stream =>
-        {
+        _ if BODY_PATHS.contains(&path) && end_of_stream => {
             refuse(RouteError::BadRequest(crate::llm::RequestError::Empty))
         }
-        CHAT_PATH | messages::PATH | messages::COUNT_TOKENS_PATH | responses::PATH => {
+        _ if BODY_PATHS.contains(&path) => {
             let limit = snapshot.server.max_body_bytes;
             let announced = headers
                 .get("content-length")
@@ -217,6 +227,11 @@ pub async fn on_request_body(
     headers: &Headers,
     body: &[u8],
 ) -> Routed {
+    let limit = snapshot.server.max_body_bytes;
+    if body.len() as u64 > limit {
+        let size = body.len() as u64;
+        return refusal(snapshot, RouteError::TooLarge { size, limit });
+    }
     match headers.path() {
         messages::PATH => {
             ingress::translated(snapshot, services, headers, body, Protocol::Messages).await
@@ -229,7 +244,7 @@ pub async fn on_request_body(
     }
 }
 
-/// Routes a complete chat-completion body.
+/// Routes a complete chat-completion body (within the size limit).
 async fn route_chat(
     snapshot: &Snapshot,
     services: &Services,
@@ -241,16 +256,6 @@ async fn route_chat(
         Ok(depth) => depth,
         Err(error) => return refusal(snapshot, error),
     };
-    let limit = snapshot.server.max_body_bytes;
-    if body.len() as u64 > limit {
-        return refusal(
-            snapshot,
-            RouteError::TooLarge {
-                size: body.len() as u64,
-                limit,
-            },
-        );
-    }
     let request = match ChatRequest::parse(body) {
         Ok(request) => request,
         Err(e) => return refusal(snapshot, e.into()),
@@ -337,7 +342,7 @@ pub async fn neural_inputs(
         }
         Some(match &snapshot.encoder {
             Some(encoder) => {
-                let deadline = encoder.deadline().filter(|_| deadlines);
+                let deadline = snapshot.call_deadlines.encoder.filter(|_| deadlines);
                 encoder.embed_many(&texts, deadline).await
             }
             None => Err(InferenceError::Closed),
@@ -350,7 +355,7 @@ pub async fn neural_inputs(
         let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
         Some(match &snapshot.ner {
             Some(ner) => {
-                let deadline = ner.deadline().filter(|_| deadlines);
+                let deadline = snapshot.call_deadlines.ner.filter(|_| deadlines);
                 ner.call_within(&text.join("\n"), deadline).await
             }
             None => Err(InferenceError::Closed),

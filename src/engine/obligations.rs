@@ -1,8 +1,12 @@
 //! What an answer owes before the client gets it. The request phase binds the obligations once
 //! (output contract, answer guard, grounding check, masked values to restore, where the cache
-//! keeps it); they are settled in one declared order, [`ORDER`]: on an answer already in hand
-//! here ([`settle_in_hand`]), on a forwarded request's answer in the response phase
-//! (`extproc::stream`, which holds the body when a model call may change it).
+//! keeps it, the client's protocol); they are settled in one order on an answer already in hand
+//! here ([`settle_in_hand`]) and on a forwarded request's answer in the response phase
+//! (`extproc::stream`, which holds the body when a model call may change it): the contract reads
+//! what the model wrote (placeholders included), the answer guard and the grounding check read
+//! the answer that would be delivered, the masked values come back, the cache keeps the
+//! pipeline's own form (a client of any protocol can be served from it), and the answer is
+//! translated into the client's protocol last.
 
 use super::cache::{self, CacheTicket};
 use super::grounding::GroundingCheck;
@@ -12,20 +16,6 @@ use crate::config::{Contract, Snapshot};
 use crate::protocol::Protocol;
 use crate::state::StateStore;
 use std::sync::Arc;
-
-/// The order obligations are settled in: the contract reads what the model wrote (placeholders
-/// included), the guard and the grounding check read the answer that would be delivered, the
-/// masked values come back last, and the cache keeps what the client received.
-/// The answer is translated into the client's protocol last: the cache keeps the pipeline's
-/// own form, which a client of any protocol can be served from.
-pub const ORDER: [&str; 6] = [
-    "contract",
-    "answer_guard",
-    "grounding",
-    "restore",
-    "keep",
-    "translate",
-];
 
 /// The obligations of one answer; each is settled once and then taken.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -68,16 +58,7 @@ impl Obligations {
     }
 }
 
-/// The answer text of a reply mom-router gives itself, and whether it streams.
-fn reply_answer(reply: &Reply) -> (String, bool) {
-    let stream = reply
-        .headers
-        .iter()
-        .any(|(k, v)| k == "content-type" && v.starts_with("text/event-stream"));
-    (crate::llm::sse::answer_text(&reply.body, stream), stream)
-}
-
-/// Settles `obligations` on an answer already in hand (a recipe's, the cache's), in [`ORDER`]:
+/// Settles `obligations` on an answer already in hand (a recipe's, the cache's), in order:
 /// the answer guard may withhold it (the reply becomes the refusal), the grounding check flags
 /// or replaces it, masked values are restored, and a grounded answer is kept. A reply that is
 /// not a success owes nothing. The contract of an answer in hand was enforced where it was made.
@@ -91,8 +72,9 @@ pub async fn settle_in_hand(
     if reply.code != "ok" {
         return;
     }
-    let (text, stream) = reply_answer(reply);
+    let stream = reply.streams();
     if let Some(signal) = obligations.answer_guard {
+        let text = crate::llm::sse::answer_text(&reply.body, stream);
         if super::answer_guard::matches(snapshot, signal, &text).await != Ok(false) {
             let error = RouteError::AnswerWithheld {
                 signal: snapshot.signals[signal].name.clone(),

@@ -138,12 +138,14 @@ impl TaskCgroup {
     fn remove(&self) -> bool {
         for _ in 0..100 {
             let left = std::fs::read_to_string(self.procs()).unwrap_or_default();
-            for pid in left
+            let pids: Vec<&str> = left
                 .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-            {
+                .filter(|p| p.parse::<u32>().is_ok())
+                .collect();
+            if !pids.is_empty() {
                 let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
+                    .arg("-KILL")
+                    .args(&pids)
                     .stderr(Stdio::null())
                     .status();
             }
@@ -153,6 +155,14 @@ impl TaskCgroup {
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+}
+
+impl Drop for TaskCgroup {
+    /// A cgroup whose program never started (or whose limit could not be set) is removed too;
+    /// after [`TaskCgroup::remove`] there is nothing left to remove.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

@@ -92,8 +92,8 @@ struct Forwarded {
     scanner: Option<UsageScanner>,
     /// The answer to give instead of a failed upstream response (ReMoM's evidence).
     fallback: Option<Box<crate::engine::Reply>>,
-    /// What the answer owes, settled in the engine's declared order
-    /// ([`crate::engine::obligations::ORDER`]); each is taken once settled.
+    /// What the answer owes, settled in the order [`crate::engine::obligations`] declares;
+    /// each is taken once settled.
     obligations: crate::engine::Obligations,
     /// The forwarded request body, while a contract repair may continue its conversation.
     repair_request: Vec<u8>,
@@ -438,10 +438,6 @@ impl StreamState {
             (true, true) => convert::BodyMode::Buffered,
             (true, false) => convert::BodyMode::Streamed,
         };
-        if !watch_body {
-            // A failed response is not checked against the contract nor for grounding.
-            forwarded.obligations.drop_checks();
-        }
         let mut reply = convert::response_headers(Some(&forwarded.trace), forwarded.body_mode);
         let restore = &forwarded.obligations.restore;
         if let (true, false, Some(masker)) = (forwarded.stream, hold, restore) {

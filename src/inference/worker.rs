@@ -26,9 +26,6 @@ pub struct BatchSettings {
     pub queue: usize,
     /// Embeddings kept in the cache.
     pub cache_entries: u64,
-    /// Longest a request-path call waits for its answer (queue and forward pass) before it
-    /// fails with `TimedOut` (applied by callers that pass it); none: as long as it takes.
-    pub deadline: Option<Duration>,
 }
 
 /// Counters a worker keeps (read by the metrics endpoint and tests).
@@ -117,7 +114,6 @@ pub struct ModelHandle<O> {
     described: String,
     weights: Option<std::path::PathBuf>,
     stats: Arc<EncoderStats>,
-    deadline: Option<Duration>,
 }
 
 /// A running sentence encoder.
@@ -237,7 +233,6 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
             described,
             weights: None,
             stats,
-            deadline: settings.deadline,
         })
     }
 
@@ -249,12 +244,6 @@ impl<O: Send + Sync + 'static> ModelHandle<O> {
     /// The worker's counters.
     pub fn stats(&self) -> &EncoderStats {
         &self.stats
-    }
-
-    /// The configured call deadline (`callTimeoutMs`), which [`ModelHandle::call_within`]
-    /// callers on the request path apply.
-    pub fn deadline(&self) -> Option<Duration> {
-        self.deadline
     }
 
     /// Runs the model on one text with no deadline (see [`ModelHandle::call_within`]).
@@ -411,6 +400,16 @@ mod tests {
         }
     }
 
+    /// One text a batch, eight may wait.
+    fn one_at_a_time() -> BatchSettings {
+        BatchSettings {
+            max_batch: 1,
+            max_wait: Duration::from_millis(1),
+            queue: 8,
+            cache_entries: 16,
+        }
+    }
+
     /// Sleeps 200 ms per batch, then answers each text's length.
     struct Slow;
 
@@ -429,13 +428,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn queued_texts_whose_caller_left_are_skipped_not_run() {
-        let settings = BatchSettings {
-            max_batch: 1,
-            max_wait: Duration::from_millis(1),
-            queue: 8,
-            cache_entries: 16,
-            deadline: None,
-        };
+        let settings = one_at_a_time();
         let handle = Arc::new(
             ModelHandle::start("slow", settings, || Ok(Slow)).unwrap_or_else(|e| panic!("{e}")),
         );
@@ -456,13 +449,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_past_its_deadline_fails_as_overloaded_and_its_text_is_skipped() {
-        let settings = BatchSettings {
-            max_batch: 1,
-            max_wait: Duration::from_millis(1),
-            queue: 8,
-            cache_entries: 16,
-            deadline: Some(Duration::from_millis(300)),
-        };
+        let settings = one_at_a_time();
+        let deadline = Some(Duration::from_millis(300));
         let handle = Arc::new(
             ModelHandle::start("slow", settings, || Ok(Slow)).unwrap_or_else(|e| panic!("{e}")),
         );
@@ -470,18 +458,13 @@ mod tests {
         // run from 200 to 400 ms) and the third (queued behind it) do not.
         let spawn = |text: &'static str| {
             let handle = handle.clone();
-            tokio::spawn(async move {
-                handle
-                    .call_within(text, handle.deadline())
-                    .await
-                    .map(|n| *n)
-            })
+            tokio::spawn(async move { handle.call_within(text, deadline).await.map(|n| *n) })
         };
         let first = spawn("one");
         tokio::time::sleep(Duration::from_millis(20)).await;
         let second = spawn("two!");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let third = handle.call_within("three", handle.deadline()).await;
+        let third = handle.call_within("three", deadline).await;
         assert_eq!(third, Err(InferenceError::TimedOut(300)));
         assert_eq!(first.await.ok(), Some(Ok(3)));
         assert_eq!(second.await.ok(), Some(Err(InferenceError::TimedOut(300))));
@@ -494,13 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_model_is_reloaded_a_bounded_number_of_times_then_stays_stopped() {
-        let settings = BatchSettings {
-            max_batch: 1,
-            max_wait: Duration::from_millis(1),
-            queue: 8,
-            cache_entries: 16,
-            deadline: None,
-        };
+        let settings = one_at_a_time();
         let loads = Arc::new(AtomicU64::new(0));
         let counted = loads.clone();
         let handle = ModelHandle::start("fragile", settings, move || {

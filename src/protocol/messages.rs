@@ -3,8 +3,8 @@
 //! stream) into a chat body; a chat completion back into a message; errors in Messages' shape.
 //! Streams are translated in [`super::messages_sse`].
 
-use super::{TranslateError, Translated};
-use serde_json::{json, Map, Value};
+use super::{invalid, request_object, TranslateError, Translated};
+use serde_json::{json, Value};
 use std::collections::HashSet;
 
 /// The Messages path.
@@ -17,27 +17,10 @@ const CARRIED: [&str; 4] = ["model", "temperature", "top_p", "stream"];
 /// Fields Chat Completions has no place for: dropped, and said.
 const DROPPED: [&str; 4] = ["top_k", "thinking", "service_tier", "container"];
 
-fn invalid(message: impl Into<String>) -> TranslateError {
-    TranslateError::new(message)
-}
-
 /// Translates a Messages request body into a Chat Completions body. `count_only` (the
 /// token-count endpoint) does not require `max_tokens`.
 pub fn to_chat(body: &[u8], count_only: bool) -> Result<Translated, TranslateError> {
-    let request: Value = serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(request) = request else {
-        return Err(invalid("the body must be a JSON object"));
-    };
-    let mut chat = Map::new();
-    for field in CARRIED {
-        if let Some(value) = request.get(field) {
-            chat.insert(field.to_owned(), value.clone());
-        }
-    }
-    if !request.get("model").is_some_and(Value::is_string) {
-        return Err(invalid("model: a string is required"));
-    }
+    let (request, mut chat) = request_object(body, &CARRIED)?;
     match request.get("max_tokens") {
         Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
             chat.insert("max_tokens".to_owned(), Value::Number(n.clone()));

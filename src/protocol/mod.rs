@@ -4,6 +4,8 @@
 //! then read one request), and the answer is translated back at egress — JSON whole, a stream
 //! event by event, errors in the client's protocol's shape.
 
+use serde_json::{Map, Value};
+
 pub mod messages;
 pub mod messages_sse;
 pub mod responses;
@@ -50,12 +52,32 @@ pub struct TranslateError {
     pub message: String,
 }
 
-impl TranslateError {
-    fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-        }
+/// A translation error saying `message`.
+fn invalid(message: impl Into<String>) -> TranslateError {
+    TranslateError {
+        message: message.into(),
     }
+}
+
+/// A JSON object.
+type Object = Map<String, Value>;
+
+/// The request body as a JSON object naming its `model` (a string), and the chat body begun
+/// with the fields in `carried` copied as they are.
+fn request_object(body: &[u8], carried: &[&str]) -> Result<(Object, Object), TranslateError> {
+    let request: Value = serde_json::from_slice(body)
+        .map_err(|e| invalid(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(request) = request else {
+        return Err(invalid("the body must be a JSON object"));
+    };
+    if !request.get("model").is_some_and(Value::is_string) {
+        return Err(invalid("model: a string is required"));
+    }
+    let chat = carried
+        .iter()
+        .filter_map(|field| Some(((*field).to_owned(), request.get(*field)?.clone())))
+        .collect();
+    Ok((request, chat))
 }
 
 /// Translates a request body in `protocol` into Chat Completions (`count_only`: the Messages

@@ -5,8 +5,8 @@
 //! past responses, which mom-router does not keep: refused, said so. Streams are translated in
 //! [`super::responses_sse`].
 
-use super::{TranslateError, Translated};
-use serde_json::{json, Map, Value};
+use super::{invalid, request_object, TranslateError, Translated};
+use serde_json::{json, Value};
 use std::collections::HashSet;
 
 /// The Responses path.
@@ -24,20 +24,9 @@ const CARRIED: [&str; 6] = [
 /// Fields Chat Completions has no place for: dropped, and said.
 const DROPPED: [&str; 5] = ["reasoning", "include", "truncation", "background", "prompt"];
 
-fn invalid(message: impl Into<String>) -> TranslateError {
-    TranslateError::new(message)
-}
-
 /// Translates a Responses request body into a Chat Completions body.
 pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
-    let request: Value = serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(request) = request else {
-        return Err(invalid("the body must be a JSON object"));
-    };
-    if !request.get("model").is_some_and(Value::is_string) {
-        return Err(invalid("model: a string is required"));
-    }
+    let (request, mut chat) = request_object(body, &CARRIED)?;
     if request
         .get("previous_response_id")
         .is_some_and(|v| !v.is_null())
@@ -45,12 +34,6 @@ pub fn to_chat(body: &[u8]) -> Result<Translated, TranslateError> {
         return Err(invalid(
             "previous_response_id: mom-router keeps no store of past responses; send the whole conversation in input",
         ));
-    }
-    let mut chat = Map::new();
-    for field in CARRIED {
-        if let Some(value) = request.get(field) {
-            chat.insert(field.to_owned(), value.clone());
-        }
     }
     match request.get("max_output_tokens") {
         Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {

@@ -19,7 +19,9 @@ use self::signals::{compile_decisions, compile_signals, signal_name, Models};
 use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
 use crate::config::raw::RawModel;
-use crate::config::snapshot::{Decision, Fallback, Listen, Model, Pricing, Server, Snapshot};
+use crate::config::snapshot::{
+    CallDeadlines, Decision, Fallback, Listen, Model, Pricing, Server, Snapshot,
+};
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
@@ -226,10 +228,20 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         decisions,
         encoder,
         ner: ner.map(|n| n.handle),
+        call_deadlines: call_deadlines(raw.inference.as_ref()),
         model_index,
         identity_index,
         artifact: None,
     })
+}
+
+/// The configured `callTimeoutMs` of each model (at least 1 ms).
+fn call_deadlines(inference: Option<&crate::config::raw::RawInference>) -> CallDeadlines {
+    let deadline = |ms: Option<u64>| ms.map(|ms| std::time::Duration::from_millis(ms.max(1)));
+    CallDeadlines {
+        encoder: deadline(inference.and_then(|i| i.encoder.as_ref()?.call_timeout_ms)),
+        ner: deadline(inference.and_then(|i| i.ner.as_ref()?.call_timeout_ms)),
+    }
 }
 
 /// What referenced projection outputs add to an identity's signals: the signals each projection

@@ -40,20 +40,18 @@ fn providers(raw: Option<&Vec<String>>, path: &str, errors: &mut Errors) -> Opti
     ok.then_some(providers)
 }
 
-/// Batching settings with their documented defaults (16, 2 ms, 256, 10000, no deadline).
+/// Batching settings with their documented defaults (16, 2 ms, 256, 10000).
 fn batch_settings(
     max_batch: Option<usize>,
     max_wait_ms: Option<u64>,
     queue: Option<usize>,
     cache_entries: Option<u64>,
-    call_timeout_ms: Option<u64>,
 ) -> BatchSettings {
     BatchSettings {
         max_batch: max_batch.unwrap_or(16).max(1),
         max_wait: Duration::from_millis(max_wait_ms.unwrap_or(2)),
         queue: queue.unwrap_or(256).max(1),
         cache_entries: cache_entries.unwrap_or(10_000),
-        deadline: call_timeout_ms.map(|ms| Duration::from_millis(ms.max(1))),
     }
 }
 
@@ -90,13 +88,7 @@ pub(super) fn compile_ner(raw: &RawNer, base: &Path, errors: &mut Errors) -> Opt
         max_tokens: raw.max_tokens.unwrap_or(256).clamp(16, 512),
         threads: raw.threads.unwrap_or(1).max(1),
     };
-    let settings = batch_settings(
-        raw.max_batch,
-        raw.max_wait_ms,
-        raw.queue,
-        raw.cache_entries,
-        raw.call_timeout_ms,
-    );
+    let settings = batch_settings(raw.max_batch, raw.max_wait_ms, raw.queue, raw.cache_entries);
     let loaded = inference::labels_of(&spec.model_dir.join("config.json")).and_then(|labels| {
         let handle = inference::shared_token_classifier(&spec, settings)?;
         Ok((labels, handle))
@@ -169,13 +161,7 @@ pub(super) fn compile_encoder(
         model_dir,
         max_tokens: raw.max_tokens.unwrap_or(256).clamp(8, 512),
         threads: raw.threads.unwrap_or(1).max(1),
-        batch: batch_settings(
-            raw.max_batch,
-            raw.max_wait_ms,
-            raw.queue,
-            raw.cache_entries,
-            raw.call_timeout_ms,
-        ),
+        batch: batch_settings(raw.max_batch, raw.max_wait_ms, raw.queue, raw.cache_entries),
     };
     if !ok {
         return None;
