@@ -5,8 +5,11 @@
 # config compiler, outcomes body, bundle archive import). Each target runs SECONDS (default 60)
 # from its committed seed corpus (fuzz/seeds/TARGET) plus what earlier runs found (kept under
 # .cache/fuzz, git-ignored); a crash input lands in fuzz/artifacts/TARGET/ and stops the run
-# (commit it and a regression test). Prints executions per target. Needs the nightly toolchain
-# (rustup) and cargo-fuzz (installed here from crates.io, pinned).
+# (commit it and a regression test). Prints executions per target.
+#
+# libFuzzer (the libfuzzer-sys crate) with rustc's coverage instrumentation, built by the
+# machine's stable toolchain: the same codegen flags cargo-fuzz passes, without a sanitizer
+# (mom-router forbids unsafe code). `./scripts/test.sh` runs a short smoke of every target.
 #
 #   ./scripts/fuzz.sh [SECONDS] [TARGET]...
 set -euo pipefail
@@ -17,21 +20,25 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(chat_request extproc pii sse deobfuscate config outcomes bundle)
 
-rustup toolchain list | grep -q '^nightly' || die "cargo fuzz needs the nightly toolchain: rustup toolchain install nightly"
-if ! cargo fuzz --version 2>/dev/null | grep -q '0.13.1'; then
-  say "installing cargo-fuzz 0.13.1 from crates.io"
-  cargo install --locked --quiet cargo-fuzz --version 0.13.1
-fi
 export CARGO_TARGET_DIR="$(default_target_dir)/fuzz"
+TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
+say "building the fuzz targets (libFuzzer, coverage-instrumented, release)"
+# --target keeps the flags off build scripts and proc macros, which must not be instrumented.
+RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
+  cargo build --quiet --locked --release --manifest-path fuzz/Cargo.toml --target "$TRIPLE" \
+  $(printf -- '--bin %s ' "${TARGETS[@]}")
+BIN="$CARGO_TARGET_DIR/$TRIPLE/release"
 cd fuzz
 for target in "${TARGETS[@]}"; do
   corpus="$MOM_CACHE/fuzz/corpus/$target"
-  mkdir -p "$corpus" "seeds/$target"
+  mkdir -p "$corpus" "seeds/$target" "artifacts/$target"
   say "fuzzing $target for ${SECONDS_PER_TARGET}s"
   log=$(mktemp)
-  if ! cargo +nightly fuzz run --release "$target" "$corpus" "seeds/$target" -- \
-      -max_total_time="$SECONDS_PER_TARGET" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
-      >"$log" 2>&1; then
+  if ! "$BIN/$target" "$corpus" "seeds/$target" -artifact_prefix="artifacts/$target/" \
+      -max_total_time="$SECONDS_PER_TARGET" -max_len=65536 -rss_limit_mb=4096 \
+      -print_final_stats=1 >"$log" 2>&1; then
     tail -40 "$log"
     die "$target crashed; the input is in fuzz/artifacts/$target/"
   fi

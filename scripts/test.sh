@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy, the
 # encoder models, ONNX Runtime, the labelled data, redis-server, and llama.cpp with the tiny GGUF
-# models (one test runs a confidence cascade on them), Helm and kubernetes-validate (the chart's
+# models (tests run a confidence cascade and the three protocols on them), the official
+# Anthropic and OpenAI SDKs, Helm and kubernetes-validate (the chart's
 # checks), checks formatting and lints, validates every Envoy config, and runs every test,
-# including the suites that drive a real Envoy and the real encoders.
+# including the suites that drive a real Envoy and the real encoders, then a short fuzz smoke.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -18,6 +19,7 @@ say "encoders: all-MiniLM-L6-v2 (safetensors, int8 onnx), ONNX Runtime $ORT_DYLI
 install_datasets
 install_redis
 install_llms
+install_sdks
 say "llama.cpp (xllamacpp) and the GGUF models: $MOM_CACHE/models"
 say "redis: $("$MOM_REDIS_BIN" --version | grep -o 'v=[^ ]*')"
 install_helm
@@ -39,3 +41,6 @@ done
 
 say "cargo test (benches are compiled by clippy above, not run)"
 cargo test
+
+say "fuzz smoke: every fuzz target for ${MOM_FUZZ_SMOKE_SECONDS:-15}s (long runs: ./scripts/fuzz.sh)"
+./scripts/fuzz.sh "${MOM_FUZZ_SMOKE_SECONDS:-15}"

@@ -12,56 +12,11 @@ mod support;
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use support::envoy::{self, Envoy};
 use support::free_port;
+use support::llm::{start_llm, wait_healthy};
 use support::sidecar::Sidecar;
-
-/// A llama.cpp server, stopped on drop.
-struct Llm(Child);
-
-impl Drop for Llm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_llm(port: u16, file: &str, alias: &str) -> Llm {
-    let cache = support::repo().join(".cache");
-    let python = cache.join("llm-venv/bin/python");
-    let gguf = cache.join("models").join(file);
-    assert!(
-        python.exists() && gguf.exists(),
-        "{} or {} missing: run ./scripts/test.sh (it installs llama.cpp and the models)",
-        python.display(),
-        gguf.display()
-    );
-    let child = Command::new(python)
-        .arg(support::repo().join("scripts/llm_backend.py"))
-        .arg(port.to_string())
-        .arg(gguf)
-        .arg(alias)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Llm(child)
-}
-
-async fn wait_healthy(client: &reqwest::Client, port: u16) {
-    let ready = support::eventually(Duration::from_secs(60), async || {
-        let url = format!("http://127.0.0.1:{port}/health");
-        let ok = client.get(url).send().await.ok()?.status().is_success();
-        ok.then_some(())
-    })
-    .await;
-    assert!(
-        ready.is_some(),
-        "llama.cpp on {port} did not become healthy"
-    );
-}
 
 const POLICY: &str = r#"
 version: llm-cascade

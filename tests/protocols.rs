@@ -264,3 +264,79 @@ async fn bad_responses_requests_are_refused_and_go_nowhere() {
     }
     assert_eq!(stack.requests_seen(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_speaks_messages_gets_the_request_untranslated_unless_the_answer_is_owed_work(
+) {
+    let native = "    protocols: [chat, messages]\n";
+    let config = support::sidecar::quickstart_config()
+        .replace(
+            "    capabilities: [code, math]\n",
+            &format!("    capabilities: [code, math]\n{native}"),
+        )
+        .replace(
+            "    capabilities: [chat, facts]\n",
+            &format!("    capabilities: [chat, facts]\n{native}"),
+        );
+    let stack = Stack::start_with_config(&config).await;
+    let mut body = message("Write a python function that reverses a list");
+    body["top_k"] = json!(5);
+    let response = post(&stack, "/v1/messages", "native", &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-model"), "qwen2.5-coder-0.5b");
+    assert_eq!(header(&response, "x-mom-translation"), "messages native");
+    // The backend's own answer, untouched.
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["id"], "msg_fake");
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("[fake backend qwen2.5-coder-0.5b native]"),
+        "{answer}"
+    );
+    // The client's body with only `model` rewritten: nothing dropped, nothing added.
+    let seen = stack.backends["qwen2.5-coder-0.5b"].seen.lock().unwrap()[0].clone();
+    assert_eq!(seen.path, "/v1/messages");
+    let upstream: Value = serde_json::from_slice(&seen.body).unwrap();
+    let mut expected = body.clone();
+    expected["model"] = json!("Qwen2.5-Coder-0.5B-Instruct");
+    assert_eq!(upstream, expected);
+    let log = stack.envoy.access_log_line("native").await;
+    assert_eq!(log["path"], "/v1/messages?t=native");
+    assert_eq!(log["mom_protocol"], "messages");
+
+    // A model that speaks chat only still gets the translation.
+    let mut chat_only = message("hello there");
+    chat_only["model"] = json!("gemma3-270m");
+    let response = post(&stack, "/v1/messages", "chat-only", &chat_only).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-translation"), "messages to chat");
+
+    // Masked values must come back in the answer: a native model gets the translation.
+    let mut secret = message("My email is jane.doe@example.com. Repeat it back to me.");
+    secret["model"] = json!("mom/secu");
+    let response = post(&stack, "/v1/messages", "owed", &secret).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-model"), "smollm2-135m");
+    assert!(header(&response, "x-mom-plugins").contains("pii:masked"));
+    assert_eq!(header(&response, "x-mom-translation"), "messages to chat");
+    let answer: Value = response.json().await.unwrap();
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("jane.doe@example.com"), "{answer}");
+    let paths: Vec<&str> = stack
+        .backends
+        .values()
+        .flat_map(|b| {
+            b.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|s| s.path)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        paths.iter().filter(|p| **p == "/v1/messages").count(),
+        1,
+        "{paths:?}"
+    );
+}

@@ -110,6 +110,26 @@ async fn every_request_leaves_a_record_linked_by_its_run_id() {
     assert_eq!(refused["runId"].as_str().unwrap().len(), 32);
     // No bundle served these: the digests are empty.
     assert_eq!(first["bundleDigest"], "");
+    // The observed call in the GenAI conventions' metrics, labelled from the configuration.
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    let count = |name: &str, labels: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}_count{{")) && l.contains(labels))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned())
+    };
+    let call = r#"gen_ai_operation_name="chat",gen_ai_request_model="mom/auto",gen_ai_response_model="qwen2.5-coder-0.5b""#;
+    assert_eq!(
+        count("gen_ai_client_operation_duration_seconds", call).as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    let output = format!(r#"{call},gen_ai_token_type="output""#);
+    assert_eq!(
+        count("gen_ai_client_token_usage", &output).as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
 
     // A reported outcome becomes a line joined to its run by id (and replay skips it).
     let admin = stack.sidecar.as_ref().unwrap().admin_url();

@@ -260,6 +260,10 @@ pub struct RawModel {
     /// Power drawn by the device serving this model while it answers, in watts: each call's
     /// energy is estimated as power × busy time, in run records and the scorecard.
     pub power_watts: Option<f64>,
+    /// The protocols the backend answers natively (`chat`, `messages`, `responses`); default
+    /// `[chat]`. A request in one of them that no plugin rewrote reaches it untranslated.
+    #[serde(default)]
+    pub protocols: Vec<crate::protocol::Protocol>,
 }
 
 /// Price per million input and output tokens, in the operator's currency.

@@ -65,6 +65,8 @@ pub struct Model {
     pub quality: Option<f64>,
     /// Declared power of the serving device while busy, in watts, when known.
     pub power_watts: Option<f64>,
+    /// Protocols besides Chat Completions the backend answers natively.
+    pub native: Vec<crate::protocol::Protocol>,
 }
 
 impl Model {

@@ -10,14 +10,44 @@ use crate::llm::LlmClient;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
+/// How an answer fared against its output contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContractOutcome {
+    /// It kept the contract as written.
+    Kept,
+    /// It broke the contract and one repair call mended it.
+    Repaired,
+    /// It broke the contract (and was not mended).
+    Violated,
+}
+
+impl ContractOutcome {
+    /// `kept` or `violated`, as a check without repair finds it.
+    pub fn of_check<E>(checked: &Result<(), E>) -> Self {
+        match checked {
+            Ok(()) => Self::Kept,
+            Err(_) => Self::Violated,
+        }
+    }
+
+    /// The outcome's name in headers, metadata, records and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Kept => "kept",
+            Self::Repaired => "repaired",
+            Self::Violated => "violated",
+        }
+    }
+}
+
 /// An answer after its check (and repair, when it needed one).
 #[derive(Debug, Clone)]
 pub struct Enforced {
     /// The chat completion to return: the original, or the repaired one when the repair kept
     /// the contract.
     pub body: Value,
-    /// `kept`, `repaired` or `violated`.
-    pub outcome: &'static str,
+    /// Kept, repaired or violated.
+    pub outcome: ContractOutcome,
     /// What is still wrong, when violated.
     pub reason: Option<String>,
     /// Prompt and completion tokens of the repair call.
@@ -39,7 +69,7 @@ pub async fn enforce(
     let Err(reason) = contract.check(&text) else {
         return Enforced {
             body,
-            outcome: "kept",
+            outcome: ContractOutcome::Kept,
             reason: None,
             usage: (0, 0),
         };
@@ -59,7 +89,7 @@ pub async fn enforce(
         Err(error) => {
             return Enforced {
                 body,
-                outcome: "violated",
+                outcome: ContractOutcome::Violated,
                 reason: Some(format!("{reason} (the repair call failed: {error})")),
                 usage: (0, 0),
             }
@@ -79,14 +109,14 @@ pub async fn enforce(
             }
             Enforced {
                 body,
-                outcome: "repaired",
+                outcome: ContractOutcome::Repaired,
                 reason: None,
                 usage,
             }
         }
         Err(still) => Enforced {
             body,
-            outcome: "violated",
+            outcome: ContractOutcome::Violated,
             reason: Some(still),
             usage,
         },

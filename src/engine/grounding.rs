@@ -183,13 +183,47 @@ impl GroundingCheck {
     }
 }
 
+/// The check's outcome on one answer: its verdict, and whether the fallback replaced it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grounded {
+    /// How the answer fared.
+    pub verdict: Verdict,
+    /// The rule's fallback answer was given instead.
+    pub replaced: bool,
+}
+
+impl Grounded {
+    /// The answer passed the check: it may be kept by the cache.
+    pub fn passed(&self) -> bool {
+        self.verdict.error.is_none() && self.verdict.grounded
+    }
+
+    /// `grounded`, `ungrounded`, `replaced` or `unchecked` (the metric's outcome).
+    pub fn outcome(&self) -> &'static str {
+        match (&self.verdict.error, self.verdict.grounded, self.replaced) {
+            (Some(_), _, _) => "unchecked",
+            (None, true, _) => "grounded",
+            (None, false, true) => "replaced",
+            (None, false, false) => "ungrounded",
+        }
+    }
+
+    /// For `x-mom-grounding`, records and metadata: the verdict's label, `;fallback` added
+    /// when replaced.
+    pub fn label(&self) -> String {
+        let label = self.verdict.label();
+        match self.replaced {
+            true => format!("{label};fallback"),
+            false => label,
+        }
+    }
+}
+
 /// What the check did to one answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settled {
-    /// For `x-mom-grounding`: the verdict's label, `;fallback` added when replaced.
-    pub label: String,
-    /// `grounded`, `ungrounded`, `replaced` or `unchecked` (the metric's outcome).
-    pub outcome: &'static str,
+    /// The outcome.
+    pub grounded: Grounded,
     /// The fallback answer's body (JSON or events) that replaces an unsupported answer.
     pub replacement: Option<Vec<u8>>,
 }
@@ -207,21 +241,15 @@ impl GroundingCheck {
         let text = crate::llm::sse::answer_text(body, stream);
         let verdict = self.judge(encoder, &text).await;
         let fallback = self.rule.fallback.as_deref().filter(|_| !verdict.grounded);
-        let outcome = match (&verdict.error, verdict.grounded, fallback.is_some()) {
-            (Some(_), _, _) => "unchecked",
-            (None, true, _) => "grounded",
-            (None, false, true) => "replaced",
-            (None, false, false) => "ungrounded",
-        };
-        let mut label = verdict.label();
         let replacement = fallback.map(|text| {
-            label.push_str(";fallback");
             let completion = fallback_completion(text, provider_model);
             super::Reply::completion(&completion, stream).body
         });
         Settled {
-            label,
-            outcome,
+            grounded: Grounded {
+                verdict,
+                replaced: replacement.is_some(),
+            },
             replacement,
         }
     }

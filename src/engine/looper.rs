@@ -4,7 +4,8 @@
 //! own request to the last model, so Envoy streams that answer to the client (with its retries
 //! and access log) rather than mom-router buffering it.
 
-use super::{contract, Reply, RouteError, Trace};
+use super::contract::{self, ContractOutcome};
+use super::{Reply, RouteError, Trace};
 use crate::config::{ConfidenceLooper, Decision, Model, OnCallError, Snapshot};
 use crate::llm::logprobs::{confidence, yes_probability, Measure};
 use crate::llm::{CallError, ChatRequest, LlmClient};
@@ -231,12 +232,12 @@ pub(super) async fn confidence_cascade(
                     .await;
                     record.add(model, enforced.usage);
                     body = enforced.body;
-                    trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
-                    if enforced.outcome == "violated" {
+                    trace.contract = Some((contract.shape.name(), enforced.outcome));
+                    if enforced.outcome == ContractOutcome::Violated {
                         // A confident answer in the wrong shape escalates like an unconfident one.
                         outcome = "confident but contract violated".to_owned();
                         kept = false;
-                    } else if enforced.outcome == "repaired" {
+                    } else if enforced.outcome == ContractOutcome::Repaired {
                         outcome = "confident (repaired)".to_owned();
                     }
                 }

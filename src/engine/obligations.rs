@@ -94,7 +94,7 @@ pub async fn settle_in_hand(
         if let Some(body) = settled.replacement {
             reply.body = body;
         }
-        trace.grounding = Some(settled.label);
+        trace.grounding = Some(settled.grounded);
     }
     if let Some(masker) = obligations.restore {
         reply.body = masker.restore_body(&reply.body);
@@ -103,7 +103,7 @@ pub async fn settle_in_hand(
     let grounded = trace
         .grounding
         .as_ref()
-        .is_none_or(|label| label.starts_with("grounded"));
+        .is_none_or(super::grounding::Grounded::passed);
     let answer = cache::keepable(&reply.body, stream).filter(|_| grounded);
     if let (Some(ticket), Some(answer)) = (obligations.keep, answer) {
         cache::keep(state, &ticket, answer);

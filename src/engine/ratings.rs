@@ -122,7 +122,7 @@ pub(super) async fn ratings_ensemble(
         .await;
         record.add(model, enforced.usage);
         body = enforced.body;
-        trace.contract = Some((contract.shape.name(), enforced.outcome.to_owned()));
+        trace.contract = Some((contract.shape.name(), enforced.outcome));
         if let (Some(reason), OnViolation::Fail) = (enforced.reason, contract.on_violation) {
             trace.looper = Some(record);
             return Err(RouteError::ContractViolated {

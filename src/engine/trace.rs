@@ -30,13 +30,12 @@ pub struct Trace {
     pub session: Option<SessionTrace>,
     /// What a looper did, when the decision ran one.
     pub looper: Option<LooperTrace>,
-    /// The output contract's kind and outcome (`kept`, `repaired`, `violated`, `unchecked`),
-    /// once the answer was checked.
-    pub contract: Option<(&'static str, String)>,
+    /// The output contract's kind and outcome, once the answer was checked.
+    pub contract: Option<(&'static str, super::contract::ContractOutcome)>,
     /// Plugins run, with what each did.
     pub plugins: Vec<(&'static str, String)>,
-    /// The grounding check's verdict on the answer (`grounded 3/3 min=0.71`, …).
-    pub grounding: Option<String>,
+    /// The grounding check's outcome on the answer (`grounded 3/3 min=0.71`, …).
+    pub grounding: Option<super::grounding::Grounded>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
     /// Logical model chosen.
@@ -47,9 +46,8 @@ pub struct Trace {
     pub config_version: String,
     /// Error code and fault, for refusals.
     pub error: Option<(&'static str, Fault)>,
-    /// The client's protocol when it is not Chat Completions, and the request fields its
-    /// translation dropped.
-    pub translation: Option<(crate::protocol::Protocol, Vec<&'static str>)>,
+    /// How a request in another protocol than Chat Completions reached its model.
+    pub translation: Option<crate::protocol::Translation>,
 }
 
 impl Trace {
@@ -132,17 +130,13 @@ impl Trace {
             headers.push(("x-mom-plugins", self.plugins_label()));
         }
         if let Some(grounding) = &self.grounding {
-            headers.push(("x-mom-grounding", grounding.clone()));
+            headers.push(("x-mom-grounding", grounding.label()));
         }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
         }
-        if let Some((protocol, dropped)) = &self.translation {
-            let label = match dropped.is_empty() {
-                true => format!("{} to chat", protocol.name()),
-                false => format!("lossy: {} dropped", dropped.join(",")),
-            };
-            headers.push(("x-mom-translation", label));
+        if let Some(translation) = &self.translation {
+            headers.push(("x-mom-translation", translation.label()));
         }
         headers
     }
@@ -183,11 +177,18 @@ impl Trace {
         pairs.join(",")
     }
 
-    /// `kind:outcome` of the output contract, once checked.
+    /// The grounding check's label (`grounded 3/3 min=0.71`, `…;fallback`), once checked.
+    pub fn grounding_label(&self) -> Option<String> {
+        self.grounding
+            .as_ref()
+            .map(super::grounding::Grounded::label)
+    }
+
+    /// The contract's `kind:outcome`, once the answer was checked.
     pub fn contract_label(&self) -> Option<String> {
         self.contract
             .as_ref()
-            .map(|(kind, outcome)| format!("{kind}:{outcome}"))
+            .map(|(kind, outcome)| format!("{kind}:{}", outcome.name()))
     }
 
     /// The decision name, or `none` when no decision matched.

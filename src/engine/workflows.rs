@@ -536,6 +536,7 @@ mod tests {
             capabilities: Vec::new(),
             quality: None,
             power_watts: None,
+            native: Vec::new(),
         }
     }
 

@@ -93,8 +93,8 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     let mut fields = std::collections::HashMap::new();
     fields.insert("response_path".to_owned(), string(response_path));
     fields.insert("config_version".to_owned(), string(&trace.config_version));
-    if let Some((protocol, _)) = &trace.translation {
-        fields.insert("protocol".to_owned(), string(protocol.name()));
+    if let Some(translation) = &trace.translation {
+        fields.insert("protocol".to_owned(), string(translation.protocol.name()));
     }
     if let Some(identity) = &trace.identity {
         fields.insert("identity".to_owned(), string(identity));
@@ -139,8 +139,8 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     if !trace.plugins.is_empty() {
         fields.insert("plugins".to_owned(), string(&trace.plugins_label()));
     }
-    if let Some(grounding) = &trace.grounding {
-        fields.insert("grounding".to_owned(), string(grounding));
+    if let Some(grounding) = trace.grounding_label() {
+        fields.insert("grounding".to_owned(), string(&grounding));
     }
     if let Some(session) = &trace.session {
         fields.insert("session".to_owned(), string(session.status));
@@ -327,8 +327,8 @@ pub fn checked_response_body(
         if let Some(contract) = checked.and_then(Trace::contract_label) {
             set_headers.push(set_header("x-mom-contract", &contract));
         }
-        if let Some(grounding) = checked.and_then(|t| t.grounding.as_deref()) {
-            set_headers.push(set_header("x-mom-grounding", grounding));
+        if let Some(grounding) = checked.and_then(Trace::grounding_label) {
+            set_headers.push(set_header("x-mom-grounding", &grounding));
         }
         if let Some(body) = &body {
             set_headers.push(set_header("content-length", &body.len().to_string()));

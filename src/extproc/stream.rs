@@ -59,7 +59,7 @@ impl Drop for StreamState {
         if let Some(forwarded) = &self.forwarded {
             // Set in the response phase.
             record.contract = forwarded.trace.contract_label().unwrap_or_default();
-            record.grounding = forwarded.trace.grounding.clone().unwrap_or_default();
+            record.grounding = forwarded.trace.grounding_label().unwrap_or_default();
         }
         record.prompt = self.prompt.take();
         sink.send(record);
@@ -508,6 +508,10 @@ impl StreamState {
         let ttft_ms = forwarded
             .first_chunk
             .map_or(total_ms, |first| ms(first.duration_since(forwarded_at)));
+        let identity = forwarded.trace.identity.as_deref().unwrap_or_default();
+        let tokens = [usage.prompt_tokens, usage.completion_tokens];
+        self.metrics
+            .observe_call(identity, &forwarded.model, total_ms / 1000.0, tokens);
         if let Some(record) = &mut self.record {
             record.ttft_ms = ttft_ms;
             record.total_ms = total_ms;

@@ -123,34 +123,21 @@ impl OnnxTokenClassifier {
     }
 }
 
-impl Batched for OnnxTokenClassifier {
-    type Output = Vec<EntityFound>;
-
-    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<EntityFound>>, InferenceError> {
+impl OnnxTokenClassifier {
+    /// One forward pass over `rows` (windows with their masks, padded here to the longest),
+    /// adding the entities found to their texts' (`owner`) lists.
+    fn pass(
+        &mut self,
+        rows: &[(Vec<i64>, Vec<i64>)],
+        owner: &[usize],
+        found: &mut [Vec<EntityFound>],
+    ) -> Result<(), InferenceError> {
         let run = |e: String| InferenceError::Run(e);
-        // Every window of every text is one row; `owner` maps rows back to texts.
-        let mut rows: Vec<(Vec<i64>, Vec<i64>)> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
-        for (i, text) in texts.iter().enumerate() {
-            let encoding = self
-                .tokenizer
-                .encode(ends_of(text, MAX_TEXT_BYTES), false)
-                .map_err(|e| run(format!("tokenizer: {e}")))?;
-            for window in windows(encoding.get_ids(), self.window, self.cls, self.sep) {
-                let mask = vec![1; window.len()];
-                rows.push((window, mask));
-                owner.push(i);
-            }
-        }
-        let mut found: Vec<Vec<EntityFound>> = vec![Vec::new(); texts.len()];
-        if rows.is_empty() {
-            return Ok(found);
-        }
         let tokens = rows.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
         let batch = rows.len();
         let mut ids = Vec::with_capacity(batch * tokens);
         let mut mask = Vec::with_capacity(batch * tokens);
-        for (row_ids, row_mask) in &rows {
+        for (row_ids, row_mask) in rows {
             ids.extend(row_ids);
             ids.extend(std::iter::repeat_n(0, tokens - row_ids.len()));
             mask.extend(row_mask);
@@ -203,6 +190,34 @@ impl Batched for OnnxTokenClassifier {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl Batched for OnnxTokenClassifier {
+    type Output = Vec<EntityFound>;
+
+    fn run(&mut self, texts: &[&str]) -> Result<Vec<Vec<EntityFound>>, InferenceError> {
+        let run = |e: String| InferenceError::Run(e);
+        // Every window of every text is one row; `owner` maps rows back to texts.
+        let mut rows: Vec<(Vec<i64>, Vec<i64>)> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let encoding = self
+                .tokenizer
+                .encode(ends_of(text, MAX_TEXT_BYTES), false)
+                .map_err(|e| run(format!("tokenizer: {e}")))?;
+            for window in windows(encoding.get_ids(), self.window, self.cls, self.sep) {
+                let mask = vec![1; window.len()];
+                rows.push((window, mask));
+                owner.push(i);
+            }
+        }
+        let mut found: Vec<Vec<EntityFound>> = vec![Vec::new(); texts.len()];
+        // A bounded number of windows per forward pass: the pass's memory grows with its rows.
+        for (rows, owner) in rows.chunks(ROWS_PER_PASS).zip(owner.chunks(ROWS_PER_PASS)) {
+            self.pass(rows, owner, &mut found)?;
+        }
         Ok(found)
     }
 
@@ -215,8 +230,12 @@ impl Batched for OnnxTokenClassifier {
 /// (the rule the jailbreak signal's windows follow), so one request is a bounded batch.
 pub const MAX_WINDOWS: usize = 32;
 
-/// Text tokenized per message: longer text is read at its two ends, half of this each.
-pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+/// Windows run in one forward pass; more are run in several passes.
+pub const ROWS_PER_PASS: usize = 8;
+
+/// Text tokenized per message: longer text is read at its two ends, half of this each. Each
+/// end holds several times the tokens of the [`MAX_WINDOWS`] / 2 windows read there.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 
 /// `text`, or its first and last `max / 2` bytes (cut on character boundaries) when longer.
 fn ends_of(text: &str, max: usize) -> std::borrow::Cow<'_, str> {

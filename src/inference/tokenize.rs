@@ -1,13 +1,21 @@
 //! Tokenisation shared by both backends: truncation to the configured window and padding to
-//! the longest text of the batch.
+//! the longest text of the batch. Only a text's head is tokenized ([`BYTES_PER_TOKEN`] bytes
+//! per token of the window): the window reads no further, and a 1 MiB message would otherwise
+//! cost tens of megabytes and milliseconds to tokenize whole before truncation.
 
 use super::{mean_pool, InferenceError};
 use std::path::Path;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+/// Bytes of text tokenized per token of the window. Ordinary text spends 3–6 bytes a token;
+/// only a head mostly of whitespace or of words longer than this can hold fewer tokens than
+/// the window, and then the window reads that head alone.
+pub const BYTES_PER_TOKEN: usize = 64;
+
 /// A loaded tokenizer with its window.
 pub struct TextTokenizer {
     inner: Tokenizer,
+    max_bytes: usize,
 }
 
 /// A padded batch, row-major `[batch, tokens]`.
@@ -40,14 +48,18 @@ impl TextTokenizer {
             strategy: PaddingStrategy::BatchLongest,
             ..Default::default()
         }));
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            max_bytes: max_tokens.saturating_mul(BYTES_PER_TOKEN),
+        })
     }
 
     /// Tokenises a batch.
     pub fn batch(&self, texts: &[&str]) -> Result<TokenBatch, InferenceError> {
+        let heads: Vec<&str> = texts.iter().map(|t| head_of(t, self.max_bytes)).collect();
         let encodings = self
             .inner
-            .encode_batch(texts.to_vec(), true)
+            .encode_batch(heads, true)
             .map_err(|e| InferenceError::Run(format!("tokenizer: {e}")))?;
         let tokens = encodings.first().map_or(0, |e| e.get_ids().len());
         let mut batch = TokenBatch {
@@ -66,6 +78,23 @@ impl TextTokenizer {
                 .extend(encoding.get_attention_mask().iter().map(|&m| i64::from(m)));
         }
         Ok(batch)
+    }
+}
+
+/// The first `max` bytes of `text`, cut back to a character boundary and then to the last
+/// whitespace (so no word is cut into other tokens) when there is one in the second half.
+fn head_of(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let head = &text[..end];
+    match head.rfind(char::is_whitespace) {
+        Some(space) if space >= end / 2 => &head[..space],
+        _ => head,
     }
 }
 
@@ -92,5 +121,24 @@ impl TokenBatch {
                 )
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_of;
+
+    #[test]
+    fn a_long_text_is_cut_at_a_boundary_before_a_word() {
+        assert_eq!(head_of("short", 64), "short");
+        let text = "word ".repeat(100);
+        let head = head_of(&text, 64);
+        assert!(head.len() <= 64 && text.starts_with(head));
+        assert!(head.ends_with("word"), "{head:?}");
+        // Multi-byte characters are never cut; a head without spaces is cut where it must be.
+        let wide = "ß".repeat(100);
+        let head = head_of(&wide, 65);
+        assert_eq!(head.len(), 64);
+        assert!(wide.starts_with(head));
     }
 }

@@ -1,6 +1,7 @@
 //! Token usage read from an upstream response as it passes: the `usage` object of a JSON reply,
-//! or, for server-sent events, the `usage` of the final chunk when the server sends one and the
-//! number of content-carrying chunks otherwise. Bounded: a body or line beyond the limit stops
+//! or, for server-sent events, the `usage` the events report (the last report of each count
+//! wins) and the number of content-carrying chunks otherwise. Chat Completions' counts and the
+//! Messages / Responses ones a natively answering backend sends are both read. Bounded: a body or line beyond the limit stops
 //! the reading (usage unknown) rather than growing memory.
 
 use serde_json::Value;
@@ -101,10 +102,12 @@ impl UsageScanner {
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return;
         };
+        // A Messages stream reports input tokens at its start and output tokens at its end.
         let usage = usage_of(&event);
-        if usage.prompt_tokens.is_some() || usage.completion_tokens.is_some() {
-            self.reported = usage;
-        }
+        self.reported = Usage {
+            prompt_tokens: usage.prompt_tokens.or(self.reported.prompt_tokens),
+            completion_tokens: usage.completion_tokens.or(self.reported.completion_tokens),
+        };
         let has_content = event["choices"].as_array().is_some_and(|choices| {
             choices.iter().any(|c| {
                 c["delta"]["content"]
@@ -118,11 +121,23 @@ impl UsageScanner {
     }
 }
 
-/// The `usage` a JSON chat completion reports.
+/// The `usage` a JSON answer or one event reports: a chat completion's
+/// `usage.{prompt,completion}_tokens`, or the `usage.{input,output}_tokens` of a Messages or
+/// Responses answer, at the top or inside `message` (`message_start`) or `response`
+/// (`response.completed`).
 pub fn usage_of(reply: &Value) -> Usage {
+    let usage = [
+        &reply["usage"],
+        &reply["message"]["usage"],
+        &reply["response"]["usage"],
+    ]
+    .into_iter()
+    .find(|usage| usage.is_object())
+    .unwrap_or(&Value::Null);
+    let count = |chat: &str, other: &str| usage[chat].as_u64().or_else(|| usage[other].as_u64());
     Usage {
-        prompt_tokens: reply["usage"]["prompt_tokens"].as_u64(),
-        completion_tokens: reply["usage"]["completion_tokens"].as_u64(),
+        prompt_tokens: count("prompt_tokens", "input_tokens"),
+        completion_tokens: count("completion_tokens", "output_tokens"),
     }
 }
 
@@ -192,6 +207,27 @@ mod tests {
                 completion_tokens: Some(9)
             }
         );
+    }
+
+    #[test]
+    fn native_messages_and_responses_usage_is_read() {
+        let messages = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n\
+                        event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n";
+        let mut scanner = UsageScanner::new(true);
+        scanner.push(messages.as_bytes());
+        let expected = Usage {
+            prompt_tokens: Some(7),
+            completion_tokens: Some(15),
+        };
+        assert_eq!(scanner.finish(), expected);
+        let completed = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":15}}}\n\n";
+        let mut scanner = UsageScanner::new(true);
+        scanner.push(completed.as_bytes());
+        assert_eq!(scanner.finish(), expected);
+        let json = br#"{"type":"message","usage":{"input_tokens":7,"output_tokens":15}}"#;
+        let mut scanner = UsageScanner::new(false);
+        scanner.push(json);
+        assert_eq!(scanner.finish(), expected);
     }
 
     #[test]

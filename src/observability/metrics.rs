@@ -19,6 +19,28 @@ pub struct RouteLabels {
     pub model: String,
 }
 
+/// Labels of a model call in the OpenTelemetry GenAI conventions (`gen_ai.*` attributes, dots as
+/// underscores): names from the configuration only, so the label sets stay few.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenAiLabels {
+    /// `chat`: every forwarded request is a chat call in mom-router's pipeline.
+    pub gen_ai_operation_name: &'static str,
+    /// The identity the client asked for (or the model, for pass-through).
+    pub gen_ai_request_model: String,
+    /// The logical model that answered.
+    pub gen_ai_response_model: String,
+}
+
+/// [`GenAiLabels`] with the kind of token counted.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GenAiTokenLabels {
+    /// The call.
+    #[prometheus(flatten)]
+    pub call: GenAiLabels,
+    /// `input` or `output`.
+    pub gen_ai_token_type: &'static str,
+}
+
 /// Labels of a request mom-router answered itself.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReplyLabels {
@@ -78,7 +100,7 @@ pub struct ContractLabels {
     /// `multiple_choice`, `code`, `json_schema` or `regex`.
     pub contract: &'static str,
     /// `kept`, `repaired` or `violated`.
-    pub outcome: String,
+    pub outcome: &'static str,
 }
 
 /// Labels of a plugin's action.
@@ -122,6 +144,23 @@ pub struct Metrics {
     pub contract_checks: Family<ContractLabels, Counter>,
     /// Plugin actions, by plugin and outcome.
     pub plugin_actions: Family<PluginLabels, Counter>,
+    /// The GenAI conventions' metrics, named without mom-router's prefix.
+    gen_ai: Registry,
+    /// `gen_ai.client.operation.duration`: seconds from forwarding a request to its answer's
+    /// end, per successful call.
+    pub gen_ai_duration: Family<GenAiLabels, Histogram>,
+    /// `gen_ai.client.token.usage`: tokens per call as the upstream reported them.
+    pub gen_ai_tokens: Family<GenAiTokenLabels, Histogram>,
+}
+
+/// The bucket boundaries the GenAI conventions advise for call durations (seconds).
+fn gen_ai_duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
+/// The bucket boundaries the GenAI conventions advise for token counts.
+fn gen_ai_token_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 4.0, 14))
 }
 
 fn phase_histogram() -> Histogram {
@@ -217,8 +256,29 @@ impl Metrics {
             "Plugin actions in the request phase: passed, blocked, rerouted or applied",
             plugin_actions.clone(),
         );
+        let mut gen_ai = Registry::default();
+        let gen_ai_duration = Family::<GenAiLabels, Histogram>::new_with_constructor(
+            gen_ai_duration_histogram as fn() -> _,
+        );
+        gen_ai.register_with_unit(
+            "gen_ai_client_operation_duration",
+            "Duration of a model call, from forwarding the request to the end of its answer",
+            prometheus_client::registry::Unit::Seconds,
+            gen_ai_duration.clone(),
+        );
+        let gen_ai_tokens = Family::<GenAiTokenLabels, Histogram>::new_with_constructor(
+            gen_ai_token_histogram as fn() -> _,
+        );
+        gen_ai.register(
+            "gen_ai_client_token_usage",
+            "Tokens used by a model call, as its upstream reported them",
+            gen_ai_tokens.clone(),
+        );
         Self {
             registry,
+            gen_ai,
+            gen_ai_duration,
+            gen_ai_tokens,
             plugin_actions,
             contract_checks,
             signal_errors,
@@ -236,10 +296,42 @@ impl Metrics {
         }
     }
 
+    /// Counts one finished model call in the GenAI metrics: its duration and the input and
+    /// output tokens its upstream reported.
+    pub fn observe_call(
+        &self,
+        identity: &str,
+        model: &str,
+        seconds: f64,
+        tokens: [Option<u64>; 2],
+    ) {
+        let call = GenAiLabels {
+            gen_ai_operation_name: "chat",
+            gen_ai_request_model: identity.to_owned(),
+            gen_ai_response_model: model.to_owned(),
+        };
+        self.gen_ai_duration.get_or_create(&call).observe(seconds);
+        for (kind, tokens) in ["input", "output"].into_iter().zip(tokens) {
+            if let Some(tokens) = tokens {
+                let labels = GenAiTokenLabels {
+                    call: call.clone(),
+                    gen_ai_token_type: kind,
+                };
+                self.gen_ai_tokens
+                    .get_or_create(&labels)
+                    .observe(tokens as f64);
+            }
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
+        use prometheus_client::encoding::text;
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        let encoded = text::encode_registry(&mut out, &self.registry)
+            .and_then(|()| text::encode_registry(&mut out, &self.gen_ai))
+            .and_then(|()| text::encode_eof(&mut out));
+        if encoded.is_err() {
             out.clear();
         }
         out

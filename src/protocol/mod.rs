@@ -13,7 +13,8 @@ pub mod responses_sse;
 pub mod sse;
 
 /// The protocol of a client's request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// OpenAI Chat Completions (`POST /v1/chat/completions`): the pipeline's own form.
     #[default]
@@ -31,6 +32,30 @@ impl Protocol {
             Self::Chat => "chat",
             Self::Messages => "messages",
             Self::Responses => "responses",
+        }
+    }
+}
+
+/// How a request in another protocol than Chat Completions reached its model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Translation {
+    /// The client's protocol.
+    pub protocol: Protocol,
+    /// Fields of the client's request the translation dropped.
+    pub dropped: Vec<&'static str>,
+    /// The model's backend answers the protocol itself: the client's body went to it with only
+    /// `model` rewritten, and its answer comes back untranslated.
+    pub native: bool,
+}
+
+impl Translation {
+    /// The `x-mom-translation` header's value: `messages native`, `messages to chat`, or
+    /// `lossy: top_k dropped`.
+    pub fn label(&self) -> String {
+        match (self.native, self.dropped.is_empty()) {
+            (true, _) => format!("{} native", self.protocol.name()),
+            (false, true) => format!("{} to chat", self.protocol.name()),
+            (false, false) => format!("lossy: {} dropped", self.dropped.join(",")),
         }
     }
 }

@@ -208,7 +208,7 @@ pub fn from_trace(
         prompt_tokens: None,
         completion_tokens: None,
         contract: trace.contract_label().unwrap_or_default(),
-        grounding: trace.grounding.clone().unwrap_or_default(),
+        grounding: trace.grounding_label().unwrap_or_default(),
         prompt: None,
         bundle_digest: artifact
             .map(|a| a.bundle_digest.clone())

@@ -16,6 +16,8 @@ use std::time::Duration;
 /// What the fake server saw in one request.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// The path the request came on (`/v1/chat/completions`, `/v1/messages`).
+    pub path: &'static str,
     /// Request headers (lower-case names).
     pub headers: Vec<(String, String)>,
     /// Request body.
@@ -112,6 +114,7 @@ impl FakeBackend {
     pub fn router(self) -> Router {
         Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/health", get(|| async { "ok" }))
             .with_state(self)
@@ -124,7 +127,7 @@ async fn models(State(backend): State<FakeBackend>) -> impl IntoResponse {
     )
 }
 
-async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Bytes) -> Response {
+fn record(backend: &FakeBackend, path: &'static str, headers: &HeaderMap, body: &Bytes) {
     let pairs = headers
         .iter()
         .map(|(k, v)| {
@@ -136,10 +139,33 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         .collect();
     if let Ok(mut seen) = backend.seen.lock() {
         seen.push(Seen {
+            path,
             headers: pairs,
             body: body.clone(),
         });
     }
+}
+
+/// A backend that speaks Anthropic Messages natively: one JSON message echoing the last user
+/// text, marked as the native answer.
+async fn messages(State(backend): State<FakeBackend>, headers: HeaderMap, body: Bytes) -> Response {
+    record(&backend, "/v1/messages", &headers, &body);
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let last = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    json_response(json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": request["model"],
+        "content": [{"type": "text", "text": format!("[fake backend {} native] {last}", backend.name)}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 3, "output_tokens": 4}
+    }))
+}
+
+async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Bytes) -> Response {
+    record(&backend, "/v1/chat/completions", &headers, &body);
     let delay = backend.delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;

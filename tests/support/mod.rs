@@ -11,6 +11,7 @@
 pub mod envoy;
 pub mod fake_openai;
 pub mod jwt;
+pub mod llm;
 pub mod redis;
 pub mod sidecar;
 pub mod stack;

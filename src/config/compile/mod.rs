@@ -22,6 +22,7 @@ use crate::config::raw::RawModel;
 use crate::config::snapshot::{
     CallDeadlines, Decision, Fallback, Listen, Model, Pricing, Server, Snapshot,
 };
+use crate::protocol::Protocol;
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
@@ -424,6 +425,21 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
                 ok = false;
             }
         }
+        if !model.protocols.is_empty() && !model.protocols.contains(&Protocol::Chat) {
+            errors.push(
+                format!("{path}.protocols"),
+                "must include chat: translated requests and mom-router's own sub-requests \
+                 speak Chat Completions"
+                    .to_owned(),
+            );
+            ok = false;
+        }
+        let mut native: Vec<Protocol> = Vec::new();
+        for protocol in &model.protocols {
+            if *protocol != Protocol::Chat && !native.contains(protocol) {
+                native.push(*protocol);
+            }
+        }
         models.push(ok.then(|| Model {
             name: model.name.clone(),
             provider_model: model.provider_model.clone(),
@@ -436,6 +452,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             capabilities: model.capabilities.clone(),
             quality: model.quality,
             power_watts: model.power_watts,
+            native,
         }));
     }
     models

@@ -5,6 +5,7 @@
 //! need model calls are settled in `settle`.
 
 use super::{StreamState, MAX_COLLECTED};
+use crate::engine::contract::ContractOutcome;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
 use crate::llm::chat::reply_text;
@@ -52,7 +53,7 @@ impl StreamState {
                 .contract_checks
                 .get_or_create(&ContractLabels {
                     contract,
-                    outcome: outcome.clone(),
+                    outcome: outcome.name(),
                 })
                 .inc();
         }
@@ -97,12 +98,12 @@ impl StreamState {
             .trace
             .contract
             .as_ref()
-            .is_some_and(|(_, outcome)| outcome == "violated")
+            .is_some_and(|(_, outcome)| *outcome == ContractOutcome::Violated)
             || forwarded
                 .trace
                 .grounding
                 .as_ref()
-                .is_some_and(|label| !label.starts_with("grounded"));
+                .is_some_and(|grounded| !grounded.passed());
         let keepable = crate::engine::cache::keepable(&answer, forwarded.stream);
         if let (Some(ticket), Some(body), false) = (ticket, keepable, violated) {
             crate::engine::cache::keep(&self.services.state, &ticket, body);
@@ -158,10 +159,10 @@ impl StreamState {
         // Kept, or broken with no repair asked for: streamed bytes are already with the client,
         // a held answer can still be refused.
         let checked = contract.shape.check(&text);
-        let outcome = if checked.is_ok() { "kept" } else { "violated" };
+        let outcome = ContractOutcome::of_check(&checked);
         let name = contract.shape.name();
         let refuse = held && contract.on_violation == crate::config::OnViolation::Fail;
-        forwarded.trace.contract = Some((name, outcome.to_owned()));
+        forwarded.trace.contract = Some((name, outcome));
         forwarded.obligations.contract = None;
         let trace = forwarded.trace.clone();
         if let (Err(reason), true) = (checked, refuse) {

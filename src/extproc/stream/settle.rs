@@ -5,7 +5,7 @@
 //! the answer collected for the cache.
 
 use super::{StreamState, REPAIR_DEADLINE};
-use crate::engine::contract::enforce;
+use crate::engine::contract::{enforce, ContractOutcome};
 use crate::engine::RouteError;
 use crate::extproc::convert::{self, BodyMode};
 use crate::llm::chat::reply_text;
@@ -109,16 +109,13 @@ impl StreamState {
         let (client, model) = match (&self.services.client, model) {
             (Some(client), Some(model)) if !forwarded.stream && contract.repair => (client, model),
             _ => {
-                let outcome = match contract.shape.check(&text) {
-                    Ok(()) => "kept",
-                    Err(_) => "violated",
-                };
-                forwarded.trace.contract = Some((name, outcome.to_owned()));
+                let outcome = ContractOutcome::of_check(&contract.shape.check(&text));
+                forwarded.trace.contract = Some((name, outcome));
                 return Settled::Unchanged;
             }
         };
         if contract.shape.check(&text).is_ok() {
-            forwarded.trace.contract = Some((name, "kept".to_owned()));
+            forwarded.trace.contract = Some((name, ContractOutcome::Kept));
             return Settled::Unchanged;
         }
         let request: Value = serde_json::from_slice(&request).unwrap_or_default();
@@ -134,9 +131,9 @@ impl StreamState {
             REPAIR_DEADLINE,
         )
         .await;
-        forwarded.trace.contract = Some((name, enforced.outcome.to_owned()));
+        forwarded.trace.contract = Some((name, enforced.outcome));
         match (enforced.outcome, enforced.reason, contract.on_violation) {
-            ("repaired", _, _) => {
+            (ContractOutcome::Repaired, _, _) => {
                 let usage = &mut enforced.body["usage"];
                 if usage.is_object() {
                     for (field, added) in [
@@ -199,14 +196,14 @@ impl StreamState {
         let model = forwarded.trace.provider_model.clone().unwrap_or_default();
         let encoder = self.snapshot.encoder.as_deref();
         let settled = check.settle(encoder, body, forwarded.stream, &model).await;
-        forwarded.trace.grounding = Some(settled.label);
         self.metrics
             .plugin_actions
             .get_or_create(&PluginLabels {
                 plugin: "grounding",
-                outcome: settled.outcome,
+                outcome: settled.grounded.outcome(),
             })
             .inc();
+        forwarded.trace.grounding = Some(settled.grounded);
         settled.replacement
     }
 }
