@@ -11,12 +11,9 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::time::Instant;
-use support::envoy::{self, Envoy};
 use support::free_port;
-use support::llm::{start_llm, wait_healthy};
-use support::sidecar::Sidecar;
+use support::llm::{behind_envoy, start_llm, wait_healthy};
 
 const POLICY: &str = r#"
 version: llm-cascade
@@ -57,17 +54,7 @@ async fn a_confidence_cascade_runs_on_real_models_with_their_logprobs() {
         "Qwen2.5-Coder-0.5B-Instruct",
     );
     let client = reqwest::Client::new();
-    let mut ports = HashMap::new();
-    for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
-        ports.insert(fixed, free_port());
-    }
-    ports.insert(envoy::BACKENDS[0].0, small_port);
-    ports.insert(envoy::BACKENDS[1].0, coder_port);
-    ports.insert(envoy::BACKENDS[2].0, free_port());
-    let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
-    let sidecar = Sidecar::start(&POLICY.replace("http://127.0.0.1:10001", &internal), 0).await;
-    ports.insert(envoy::SIDECAR, sidecar.grpc_port());
-    let envoy = Envoy::start(ports).await;
+    let (_sidecar, envoy) = behind_envoy(POLICY, [Some(small_port), Some(coder_port), None]).await;
     wait_healthy(&client, small_port).await;
     wait_healthy(&client, coder_port).await;
     let url = format!("{}/v1/chat/completions", envoy.public_url());

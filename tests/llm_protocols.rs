@@ -12,11 +12,8 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use support::envoy::{self, Envoy};
 use support::free_port;
-use support::llm::{start_llm, wait_healthy};
-use support::sidecar::Sidecar;
+use support::llm::{behind_envoy, start_llm, wait_healthy};
 
 // Envoy's clusters carry fixed names (`envoy/quickstart.yaml`); both route to one server here.
 const POLICY: &str = r#"
@@ -67,17 +64,7 @@ async fn translated_and_native_answers_of_a_greedy_request_carry_the_same_text()
     let port = free_port();
     let _llm = start_llm(port, "smollm2-135m.gguf", "SmolLM2-135M-Instruct");
     let client = reqwest::Client::new();
-    let mut ports = HashMap::new();
-    for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
-        ports.insert(fixed, free_port());
-    }
-    ports.insert(envoy::BACKENDS[0].0, port);
-    ports.insert(envoy::BACKENDS[1].0, port);
-    ports.insert(envoy::BACKENDS[2].0, free_port());
-    let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
-    let sidecar = Sidecar::start(&POLICY.replace("http://127.0.0.1:10001", &internal), 0).await;
-    ports.insert(envoy::SIDECAR, sidecar.grpc_port());
-    let envoy = Envoy::start(ports).await;
+    let (_sidecar, envoy) = behind_envoy(POLICY, [Some(port), Some(port), None]).await;
     wait_healthy(&client, port).await;
 
     let post = async |path: &str, body: &Value| {

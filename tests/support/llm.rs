@@ -50,3 +50,25 @@ pub async fn wait_healthy(client: &reqwest::Client, port: u16) {
         "llama.cpp on {port} did not become healthy"
     );
 }
+
+/// mom-router on `policy` (its internal URL pointed at Envoy's internal listener) behind a real
+/// Envoy whose three backend clusters, in `envoy::BACKENDS` order, go to `backends` (`None`: a
+/// free port nothing listens on). The sidecar must outlive the Envoy.
+pub async fn behind_envoy(
+    policy: &str,
+    backends: [Option<u16>; 3],
+) -> (super::sidecar::Sidecar, super::envoy::Envoy) {
+    use super::envoy;
+    let mut ports = std::collections::HashMap::new();
+    for fixed in [envoy::PUBLIC, envoy::INTERNAL, envoy::ADMIN] {
+        ports.insert(fixed, super::free_port());
+    }
+    for ((cluster, _), port) in envoy::BACKENDS.iter().zip(backends) {
+        ports.insert(*cluster, port.unwrap_or_else(super::free_port));
+    }
+    let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
+    let policy = policy.replace("http://127.0.0.1:10001", &internal);
+    let sidecar = super::sidecar::Sidecar::start(&policy, 0).await;
+    ports.insert(envoy::SIDECAR, sidecar.grpc_port());
+    (sidecar, envoy::Envoy::start(ports).await)
+}
