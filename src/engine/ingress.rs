@@ -30,11 +30,7 @@ pub(super) async fn translated(
         }
     };
     let mut routed = route_chat(snapshot, services, headers, &translated.body).await;
-    let mut translation = Translation {
-        protocol,
-        dropped: translated.dropped,
-        native: false,
-    };
+    let mut translation = Translation::to_chat(protocol, translated.dropped);
     match &mut routed.action {
         Action::Forward(forward) => {
             match native_body(snapshot, forward, protocol, body, &translated.body) {
@@ -100,11 +96,7 @@ pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
             let tokens = crate::signals::estimate_tokens(&request);
             let body = serde_json::json!({"input_tokens": tokens}).to_string();
             let mut trace = super::Trace::empty(snapshot);
-            trace.translation = Some(Translation {
-                protocol: Protocol::Messages,
-                dropped: Vec::new(),
-                native: false,
-            });
+            trace.translation = Some(Translation::to_chat(Protocol::Messages, Vec::new()));
             Routed {
                 action: Action::Respond(Reply::json(body.into_bytes())),
                 trace,

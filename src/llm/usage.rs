@@ -1,8 +1,8 @@
 //! Token usage read from an upstream response as it passes: the `usage` object of a JSON reply,
 //! or, for server-sent events, the `usage` the events report (the last report of each count
 //! wins) and the number of content-carrying chunks otherwise. Chat Completions' counts and the
-//! Messages / Responses ones a natively answering backend sends are both read. Bounded: a body or line beyond the limit stops
-//! the reading (usage unknown) rather than growing memory.
+//! Messages / Responses ones a natively answering backend sends are both read. Bounded: a body
+//! or line beyond the limit stops the reading (usage unknown) rather than growing memory.
 
 use serde_json::Value;
 

@@ -49,6 +49,15 @@ pub struct Translation {
 }
 
 impl Translation {
+    /// A request of `protocol` translated into Chat Completions, `dropped` left behind.
+    pub fn to_chat(protocol: Protocol, dropped: Vec<&'static str>) -> Self {
+        Self {
+            protocol,
+            dropped,
+            native: false,
+        }
+    }
+
     /// The `x-mom-translation` header's value: `messages native`, `messages to chat`, or
     /// `lossy: top_k dropped`.
     pub fn label(&self) -> String {
