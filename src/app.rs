@@ -162,6 +162,14 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         writers.push(writer);
         sink
     });
+    let spans = snapshot.otlp.as_ref().map(|settings| {
+        let (sink, exporter) =
+            crate::observability::otlp::SpanSink::start(settings, metrics.spans_dropped.clone());
+        // Like the record writer: ends once the streams holding a sink are gone.
+        writers.push(exporter);
+        tracing::info!(endpoint = %settings.endpoint, "exporting spans over OTLP");
+        sink
+    });
     let internal_token = crate::llm::client::new_token();
     let client = LlmClient::new(&snapshot.server.internal_url, internal_token.clone());
     let services = Services {
@@ -181,6 +189,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let records_for_admin = records.clone();
     let service = ExtProcService::new(store.clone(), metrics.clone(), services)
         .with_records(records)
+        .with_spans(spans)
         .into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {

@@ -24,6 +24,8 @@ pub struct RawConfig {
     pub sessions: Option<RawSessions>,
     /// Run records.
     pub records: Option<super::raw_selection::RawRecords>,
+    /// Span export.
+    pub observability: Option<super::raw_selection::RawObservability>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -48,6 +50,7 @@ const SECTIONS: &[&str] = &[
     "state",
     "sessions",
     "records",
+    "observability",
     "models",
     "identities",
     "signals",
@@ -68,7 +71,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, records, models, identities, signals, projections, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, records, observability, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -84,6 +87,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "state" => raw.state = item(value, "state", errors),
             "sessions" => raw.sessions = item(value, "sessions", errors),
             "records" => raw.records = item(value, "records", errors),
+            "observability" => raw.observability = item(value, "observability", errors),
             "models" | "identities" | "signals" | "decisions" | "projections" => {
                 let section: &'static str = SECTIONS
                     .iter()

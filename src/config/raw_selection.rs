@@ -197,6 +197,38 @@ pub struct RawState {
     pub cache_entries: Option<u64>,
 }
 
+/// Observability settings beyond the always-on metrics (read at start, like `state`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawObservability {
+    /// OTLP trace export, off when absent.
+    pub otlp: Option<RawOtlp>,
+}
+
+/// OTLP trace export: one span per chat request, with its calls as children.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawOtlp {
+    /// The collector's URL: `http://host:4317` for gRPC, `http://host:4318` for HTTP.
+    pub endpoint: String,
+    /// `grpc` (default) or `http` (protobuf bodies to `…/v1/traces`).
+    pub protocol: Option<RawOtlpProtocol>,
+    /// `service.name` of the exported spans (default `mom-router`).
+    pub service_name: Option<String>,
+    /// One export's deadline in milliseconds (default 5000).
+    pub timeout_ms: Option<u64>,
+}
+
+/// How spans reach the collector.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RawOtlpProtocol {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP, protobuf.
+    Http,
+}
+
 /// Run records: one JSON record per chat request (read at start, like `state`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -429,6 +429,8 @@ pub struct Snapshot {
     pub sessions: Option<Sessions>,
     /// Run records (read at start, like `state`).
     pub records: Option<RecordSettings>,
+    /// OTLP span export (read at start, like `state`).
+    pub otlp: Option<crate::observability::otlp::OtlpSettings>,
     /// Concrete models.
     pub models: Vec<Model>,
     /// Identities.
@@ -443,9 +445,9 @@ pub struct Snapshot {
     /// message timeout allows), when there is one: the body phase then first asks Envoy for that
     /// much time.
     pub looper_budget: Option<std::time::Duration>,
-    /// Whether some decision's algorithm reads response latency or token counts, or records
-    /// estimate energy (records on, a model declaring `powerWatts`): forwarded responses are
-    /// then observed to their end.
+    /// Whether some decision's algorithm reads response latency or token counts, records
+    /// estimate energy (records on, a model declaring `powerWatts`) or spans are exported (they
+    /// carry token counts): forwarded responses are then observed to their end.
     pub observe_responses: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,

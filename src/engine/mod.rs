@@ -13,6 +13,7 @@ pub mod grounding;
 mod ingress;
 mod looper;
 mod models;
+mod neural;
 pub mod obligations;
 pub mod pii_mask;
 mod plugins;
@@ -24,6 +25,8 @@ mod session;
 mod tools;
 mod trace;
 mod workflows;
+
+pub use neural::neural_inputs;
 
 pub use answer_guard::matches as answer_matches;
 pub use error::{Fault, RouteError, MAX_DEPTH};
@@ -37,12 +40,10 @@ pub use trace::Trace;
 
 use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
-use crate::inference::InferenceError;
 use crate::llm::{ChatRequest, Headers, LlmClient};
 use crate::protocol::{messages, responses, Protocol};
 use crate::selection::{request_key, Algorithm};
-use crate::signals::text::{scanned_text, windows};
-use crate::signals::{Input, Needs, Neural, OnError, SignalKind};
+use crate::signals::{Input, Neural, OnError, SignalKind};
 use crate::state::StateStore;
 use std::sync::Arc;
 
@@ -308,84 +309,6 @@ async fn route_chat(
             valid,
         },
     )
-}
-
-/// Runs the models the signals in `needs` read, once each. The encoder gets one request for the
-/// last user message (every embedding signal reads it; the encoder truncates it to `maxTokens`)
-/// and the overlapping windows of user and tool text (jailbreak signals scan them), queued
-/// together so they share a batch, each distinct text once: a one-message request needs one
-/// forward for both. The token classifier gets every message once (scanned in overlapping
-/// windows) for every PII signal.
-pub async fn neural_inputs(
-    snapshot: &Snapshot,
-    needs: Needs,
-    request: &ChatRequest,
-    deadlines: bool,
-) -> Neural {
-    let window_texts = if needs.windows {
-        windows(&scanned_text(request))
-    } else {
-        Vec::new()
-    };
-    let mut texts: Vec<String> = Vec::new();
-    if needs.embedding {
-        texts.push(request.last_user_text().trim().to_owned());
-    }
-    for window in &window_texts {
-        if !texts.contains(window) {
-            texts.push(window.clone());
-        }
-    }
-    let encoded = async {
-        if texts.is_empty() {
-            return None;
-        }
-        Some(match &snapshot.encoder {
-            Some(encoder) => {
-                let deadline = snapshot.call_deadlines.encoder.filter(|_| deadlines);
-                encoder.embed_many(&texts, deadline).await
-            }
-            None => Err(InferenceError::Closed),
-        })
-    };
-    let entities = async {
-        if !needs.entities {
-            return None;
-        }
-        let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
-        Some(match &snapshot.ner {
-            Some(ner) => {
-                let deadline = snapshot.call_deadlines.ner.filter(|_| deadlines);
-                ner.call_within(&text.join("\n"), deadline).await
-            }
-            None => Err(InferenceError::Closed),
-        })
-    };
-    // The models run on their own worker threads: ask them all at once.
-    let (encoded, entities) = tokio::join!(encoded, entities);
-    let vector_of = |text: &str| -> Result<Arc<Vec<f32>>, InferenceError> {
-        match &encoded {
-            Some(Ok(vectors)) => texts
-                .iter()
-                .position(|t| t == text)
-                .and_then(|i| vectors.get(i).cloned())
-                .ok_or(InferenceError::Closed),
-            Some(Err(error)) => Err(error.clone()),
-            None => Err(InferenceError::Closed),
-        }
-    };
-    Neural {
-        embedding: needs
-            .embedding
-            .then(|| vector_of(request.last_user_text().trim())),
-        entities,
-        windows: needs.windows.then(|| {
-            window_texts
-                .iter()
-                .map(|w| vector_of(w))
-                .collect::<Result<Vec<_>, _>>()
-        }),
-    }
 }
 
 /// What one request is routed against.

@@ -26,6 +26,7 @@ pub struct ExtProcService {
     metrics: Arc<Metrics>,
     services: Services,
     records: Option<RecordSink>,
+    spans: Option<crate::observability::otlp::SpanSink>,
 }
 
 impl ExtProcService {
@@ -36,12 +37,19 @@ impl ExtProcService {
             metrics,
             services,
             records: None,
+            spans: None,
         }
     }
 
     /// Sends a run record of every chat request to `records`.
     pub fn with_records(mut self, records: Option<RecordSink>) -> Self {
         self.records = records;
+        self
+    }
+
+    /// Sends the spans of every chat request to `spans`.
+    pub fn with_spans(mut self, spans: Option<crate::observability::otlp::SpanSink>) -> Self {
+        self.spans = spans;
         self
     }
 
@@ -78,7 +86,8 @@ impl ExternalProcessor for ExtProcService {
             self.metrics.clone(),
             self.services.clone(),
         )
-        .with_records(self.records.clone());
+        .with_records(self.records.clone())
+        .with_spans(self.spans.clone());
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
         // The response stream owns the stream state: each message from Envoy is handled when

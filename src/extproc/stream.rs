@@ -2,6 +2,7 @@
 
 mod checked;
 mod settle;
+mod traced;
 
 use super::convert;
 use crate::config::Snapshot;
@@ -49,11 +50,15 @@ pub struct StreamState {
     prompt: Option<String>,
     /// Where the run record goes, when records are on.
     records: Option<crate::records::RecordSink>,
+    /// Where the stream's spans go, when they are exported.
+    spans: Option<crate::observability::otlp::SpanSink>,
+    /// The stream's spans, once its request headers came (when spans are exported).
+    traced: Option<traced::Traced>,
 }
 
 impl Drop for StreamState {
     fn drop(&mut self) {
-        let (Some(sink), Some(mut record)) = (&self.records, self.record.take()) else {
+        let Some(mut record) = self.record.take() else {
             return;
         };
         if let Some(forwarded) = &self.forwarded {
@@ -61,8 +66,13 @@ impl Drop for StreamState {
             record.contract = forwarded.trace.contract_label().unwrap_or_default();
             record.grounding = forwarded.trace.grounding_label().unwrap_or_default();
         }
-        record.prompt = self.prompt.take();
-        sink.send(record);
+        if let Some(traced) = self.traced.take() {
+            traced.send(&record);
+        }
+        if let Some(sink) = &self.records {
+            record.prompt = self.prompt.take();
+            sink.send(record);
+        }
     }
 }
 
@@ -124,6 +134,8 @@ impl StreamState {
             record: None,
             prompt: None,
             records: None,
+            spans: None,
+            traced: None,
         }
     }
 
@@ -133,12 +145,32 @@ impl StreamState {
         self
     }
 
+    /// Sends this request's spans to `spans` when the stream ends.
+    pub fn with_spans(mut self, spans: Option<crate::observability::otlp::SpanSink>) -> Self {
+        self.spans = spans;
+        self
+    }
+
+    /// A run record is built when records or spans want it.
+    fn keeps_record(&self) -> bool {
+        self.records.is_some() || self.spans.is_some()
+    }
+
+    /// The collector of this request's call spans, when spans are exported.
+    fn calls(&self) -> Option<Arc<crate::observability::spans::Calls>> {
+        self.traced.as_ref().map(traced::Traced::calls)
+    }
+
     /// Handles a body held back by [`StreamState::handle`]; `None` when nothing is held.
     pub async fn resume(&mut self) -> Option<ProcessingResponse> {
         let started = Instant::now();
+        let calls = self.calls();
         let (phase, response) = match self.pending.take()? {
             Pending::Request(body) => ("request_body", self.on_request_body(body).await),
-            Pending::Settle(body) => ("response_body", self.settle(body).await),
+            Pending::Settle(body) => (
+                "response_body",
+                crate::observability::spans::collecting(calls, self.settle(body)).await,
+            ),
         };
         self.note_refusal(&response);
         self.metrics
@@ -201,6 +233,11 @@ impl StreamState {
     ) -> ProcessingResponse {
         self.headers = convert::headers_from(message.headers.as_ref())
             .with_metadata(convert::metadata_from(metadata));
+        if let Some(sink) = &self.spans {
+            let sessions = self.snapshot.sessions.as_ref();
+            let named = sessions.map_or(&[][..], |s| s.headers.as_slice());
+            self.traced = Some(traced::Traced::new(sink.clone(), &self.headers, named));
+        }
         match engine::on_request_headers(&self.snapshot, &self.headers, message.end_of_stream) {
             Some(routed) => self.finish(routed),
             None => convert::continue_request_headers(),
@@ -224,9 +261,9 @@ impl StreamState {
         if let Some(sink) = self.records.as_ref().filter(|sink| sink.include_prompts) {
             self.prompt = crate::records::prompt_of(&message.body, sink.redact);
         }
-        let routed =
-            engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body)
-                .await;
+        let routing =
+            engine::on_request_body(&self.snapshot, &self.services, &self.headers, &message.body);
+        let routed = crate::observability::spans::collecting(self.calls(), routing).await;
         self.finish(routed)
     }
 
@@ -279,7 +316,14 @@ impl StreamState {
                     },
                 );
                 trace.run_id = Some(run_id);
-                if self.records.is_some() {
+                if let Some(traced) = &mut self.traced {
+                    let traceparent = traced.forward();
+                    forward
+                        .headers
+                        .set
+                        .push(("traceparent".to_owned(), traceparent));
+                }
+                if self.keeps_record() {
                     self.record = Some(crate::records::from_trace(
                         &self.snapshot,
                         &trace,
@@ -332,7 +376,7 @@ impl StreamState {
                     }
                     trace.run_id = Some(run_id);
                 }
-                if self.records.is_some() && chat {
+                if self.keeps_record() && chat {
                     let mut record =
                         crate::records::from_trace(&self.snapshot, &trace, now_ms(), "immediate");
                     record.status = u32::from(reply.status);
@@ -412,6 +456,9 @@ impl StreamState {
             forwarded.obligations.drop_checks();
         }
         if success && message.end_of_stream {
+            if let Some(traced) = &mut self.traced {
+                traced.answered(None);
+            }
             forwarded.first_chunk = Some(Instant::now());
             let forwarded_at = forwarded.at;
             self.record(forwarded_at, crate::llm::Usage::default());
@@ -475,7 +522,10 @@ impl StreamState {
                 }
             }
         }
-        if let Some((at, usage)) = finished {
+        if let Some((at, (usage, finish_reason))) = finished {
+            if let Some(traced) = &mut self.traced {
+                traced.answered(finish_reason);
+            }
             self.record(at, usage);
         }
     }

@@ -78,13 +78,17 @@ impl LlmClient {
         deadline: Duration,
     ) -> Result<SubReply, CallError> {
         let started = Instant::now();
-        let request = self
+        let span = crate::observability::spans::start_call();
+        let mut request = self
             .http
             .post(&self.url)
             .header("content-type", "application/json")
             .header(DEPTH_HEADER, depth.to_string())
             .body(body);
-        within(deadline, async {
+        if let Some(span) = &span {
+            request = request.header("traceparent", span.traceparent());
+        }
+        let reply = within(deadline, async {
             let (status, body) = self.exchange(request, model).await?;
             if body["choices"][0]["message"].is_null() {
                 return Err(CallError::Malformed("no choices[0].message".to_owned()));
@@ -95,7 +99,11 @@ impl LlmClient {
                 latency: started.elapsed(),
             })
         })
-        .await
+        .await;
+        if let Some(span) = span {
+            finish_span(span, model, depth, &reply);
+        }
+        reply
     }
 
     /// The model ids the backend behind logical model `model` lists at `GET /v1/models`,
@@ -141,6 +149,61 @@ impl LlmClient {
             serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
         Ok((status, body))
     }
+}
+
+/// Ends a sub-request's span with the GenAI attributes of its answer.
+fn finish_span(
+    span: crate::observability::spans::CallSpan,
+    model: &str,
+    depth: u32,
+    reply: &Result<SubReply, CallError>,
+) {
+    use crate::observability::spans::{SpanKind, Value};
+    let mut attributes = vec![
+        ("gen_ai.operation.name", Value::Str("chat".to_owned())),
+        ("gen_ai.provider.name", Value::Str("openai".to_owned())),
+        ("gen_ai.request.model", Value::Str(model.to_owned())),
+        ("mom.depth", Value::Int(i64::from(depth))),
+    ];
+    let error = match reply {
+        Ok(reply) => {
+            attributes.push((
+                "http.response.status_code",
+                Value::Int(i64::from(reply.status)),
+            ));
+            if let Some(served) = reply.body["model"].as_str() {
+                attributes.push(("gen_ai.response.model", Value::Str(served.to_owned())));
+            }
+            let usage = super::usage::usage_of(&reply.body);
+            let tokens = [
+                ("gen_ai.usage.input_tokens", usage.prompt_tokens),
+                ("gen_ai.usage.output_tokens", usage.completion_tokens),
+            ];
+            for (key, count) in tokens {
+                if let Some(count) = count.and_then(|c| i64::try_from(c).ok()) {
+                    attributes.push((key, Value::Int(count)));
+                }
+            }
+            if let Some(reason) = super::usage::finish_reason_of(&reply.body) {
+                attributes.push((
+                    "gen_ai.response.finish_reasons",
+                    Value::Strs(vec![reason.to_owned()]),
+                ));
+            }
+            None
+        }
+        Err(error) => {
+            let kind = match error {
+                CallError::Timeout(_) => "timeout".to_owned(),
+                CallError::Transport(_) => "transport".to_owned(),
+                CallError::Status(status) => status.to_string(),
+                CallError::Malformed(_) => "malformed_answer".to_owned(),
+            };
+            attributes.push(("error.type", Value::Str(kind)));
+            Some(error.to_string())
+        }
+    };
+    span.finish(format!("chat {model}"), SpanKind::Client, attributes, error);
 }
 
 /// The largest sub-request answer read; a longer one is [`CallError::Malformed`].

@@ -36,6 +36,7 @@ pub struct UsageScanner {
     overflow: bool,
     content_chunks: u64,
     reported: Usage,
+    finish_reason: Option<String>,
 }
 
 impl UsageScanner {
@@ -47,6 +48,7 @@ impl UsageScanner {
             overflow: false,
             content_chunks: 0,
             reported: Usage::default(),
+            finish_reason: None,
         }
     }
 
@@ -72,22 +74,28 @@ impl UsageScanner {
         }
     }
 
-    /// The usage, once the body has ended.
-    pub fn finish(mut self) -> Usage {
+    /// The usage and why the answer ended (its last finish reason), once the body has ended.
+    pub fn finish(mut self) -> (Usage, Option<String>) {
         if self.overflow {
-            return Usage::default();
+            return (Usage::default(), None);
         }
         if self.sse {
             let rest = std::mem::take(&mut self.pending);
             self.read_event_line(&rest);
             let counted = (self.content_chunks > 0).then_some(self.content_chunks);
-            return Usage {
+            let usage = Usage {
                 prompt_tokens: self.reported.prompt_tokens,
                 completion_tokens: self.reported.completion_tokens.or(counted),
             };
+            return (usage, self.finish_reason);
         }
         serde_json::from_slice::<Value>(&self.pending)
-            .map(|reply| usage_of(&reply))
+            .map(|reply| {
+                (
+                    usage_of(&reply),
+                    finish_reason_of(&reply).map(str::to_owned),
+                )
+            })
             .unwrap_or_default()
     }
 
@@ -104,6 +112,9 @@ impl UsageScanner {
         };
         // A Messages stream reports input tokens at its start and output tokens at its end.
         let usage = usage_of(&event);
+        if let Some(reason) = finish_reason_of(&event) {
+            self.finish_reason = Some(reason.to_owned());
+        }
         self.reported = Usage {
             prompt_tokens: usage.prompt_tokens.or(self.reported.prompt_tokens),
             completion_tokens: usage.completion_tokens.or(self.reported.completion_tokens),
@@ -141,6 +152,23 @@ pub fn usage_of(reply: &Value) -> Usage {
     }
 }
 
+/// Why an answer (or the event that ends it) stopped: a chat completion's
+/// `choices[0].finish_reason`, a Messages answer's `stop_reason` (at the top or in a
+/// `message_delta`'s `delta`), or a Responses answer's `status` once it is final.
+pub fn finish_reason_of(reply: &Value) -> Option<&str> {
+    let chat = reply["choices"]
+        .as_array()
+        .and_then(|choices| choices.iter().find_map(|c| c["finish_reason"].as_str()));
+    let messages = reply["stop_reason"]
+        .as_str()
+        .or_else(|| reply["delta"]["stop_reason"].as_str());
+    let responses = [&reply["status"], &reply["response"]["status"]]
+        .into_iter()
+        .filter_map(Value::as_str)
+        .find(|status| !matches!(*status, "in_progress" | "queued"));
+    chat.or(messages).or(responses)
+}
+
 /// The answer text of a server-sent-events body: every chunk's `choices[0].delta.content`, in
 /// order.
 pub fn streamed_text(body: &[u8]) -> String {
@@ -171,63 +199,63 @@ mod tests {
 
     #[test]
     fn json_reply_usage_is_read_across_chunks() {
-        let body = br#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34}}"#;
+        let body = br#"{"choices":[{"finish_reason":"length"}],"usage":{"prompt_tokens":12,"completion_tokens":34}}"#;
         let mut scanner = UsageScanner::new(false);
         scanner.push(&body[..20]);
         scanner.push(&body[20..]);
-        assert_eq!(
-            scanner.finish(),
-            Usage {
-                prompt_tokens: Some(12),
-                completion_tokens: Some(34)
-            }
-        );
+        let usage = Usage {
+            prompt_tokens: Some(12),
+            completion_tokens: Some(34),
+        };
+        assert_eq!(scanner.finish(), (usage, Some("length".to_owned())));
     }
 
     #[test]
     fn stream_counts_content_chunks_unless_usage_is_reported() {
         let events = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n\
                       data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
-                      data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}]}\n\ndata: [DONE]\n\n";
+                      data: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
         let mut scanner = UsageScanner::new(true);
         // Split inside an event: lines are joined before reading.
         for piece in events.as_bytes().chunks(7) {
             scanner.push(piece);
         }
-        assert_eq!(scanner.finish().completion_tokens, Some(2));
+        let (usage, reason) = scanner.finish();
+        assert_eq!(
+            (usage.completion_tokens, reason.as_deref()),
+            (Some(2), Some("stop"))
+        );
         let with_usage = format!(
             "{events}data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":9}}}}\n\n"
         );
         let mut scanner = UsageScanner::new(true);
         scanner.push(with_usage.as_bytes());
-        assert_eq!(
-            scanner.finish(),
-            Usage {
-                prompt_tokens: Some(5),
-                completion_tokens: Some(9)
-            }
-        );
+        let usage = Usage {
+            prompt_tokens: Some(5),
+            completion_tokens: Some(9),
+        };
+        assert_eq!(scanner.finish(), (usage, Some("stop".to_owned())));
     }
 
     #[test]
     fn native_messages_and_responses_usage_is_read() {
         let messages = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n\
-                        event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n";
+                        event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n";
         let mut scanner = UsageScanner::new(true);
         scanner.push(messages.as_bytes());
         let expected = Usage {
             prompt_tokens: Some(7),
             completion_tokens: Some(15),
         };
-        assert_eq!(scanner.finish(), expected);
-        let completed = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":15}}}\n\n";
+        assert_eq!(scanner.finish(), (expected, Some("end_turn".to_owned())));
+        let completed = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":15}}}\n\n";
         let mut scanner = UsageScanner::new(true);
         scanner.push(completed.as_bytes());
-        assert_eq!(scanner.finish(), expected);
-        let json = br#"{"type":"message","usage":{"input_tokens":7,"output_tokens":15}}"#;
+        assert_eq!(scanner.finish(), (expected, Some("completed".to_owned())));
+        let json = br#"{"type":"message","stop_reason":"max_tokens","usage":{"input_tokens":7,"output_tokens":15}}"#;
         let mut scanner = UsageScanner::new(false);
         scanner.push(json);
-        assert_eq!(scanner.finish(), expected);
+        assert_eq!(scanner.finish(), (expected, Some("max_tokens".to_owned())));
     }
 
     #[test]
@@ -235,6 +263,6 @@ mod tests {
         let mut scanner = UsageScanner::new(false);
         scanner.push(&vec![b' '; MAX_READ_BYTES + 1]);
         scanner.push(br#"{"usage":{"prompt_tokens":1}}"#);
-        assert_eq!(scanner.finish(), Usage::default());
+        assert_eq!(scanner.finish(), (Usage::default(), None));
     }
 }

@@ -140,6 +140,8 @@ pub struct Metrics {
     pub outcomes: Family<OutcomeLabels, Counter>,
     /// Run records dropped because the writer fell behind.
     pub records_dropped: Counter,
+    /// Spans not exported: the exporter's queue was full or the collector failed.
+    pub spans_dropped: Counter,
     /// Answers checked against an output contract, by outcome.
     pub contract_checks: Family<ContractLabels, Counter>,
     /// Plugin actions, by plugin and outcome.
@@ -238,6 +240,12 @@ impl Metrics {
             "Run records dropped because the writer fell behind (its queue was full)",
             records_dropped.clone(),
         );
+        let spans_dropped = Counter::default();
+        registry.register(
+            "spans_dropped",
+            "Spans not exported over OTLP: the exporter's queue was full or the collector failed",
+            spans_dropped.clone(),
+        );
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "outcomes",
@@ -284,6 +292,7 @@ impl Metrics {
             signal_errors,
             state_fallbacks,
             records_dropped,
+            spans_dropped,
             outcomes,
             routed,
             replied,

@@ -1,6 +1,8 @@
-//! Observability: logging set-up and the metrics registry.
+//! Observability: logging set-up, the metrics registry, request spans and their OTLP export.
 
 pub mod logging;
 pub mod metrics;
+pub mod otlp;
+pub mod spans;
 
 pub use metrics::Metrics;

@@ -76,6 +76,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let state = state::compile_state(raw.state.as_ref(), errors);
     let sessions = state::compile_sessions(raw.sessions.as_ref(), errors);
     let records = state::compile_records(raw.records.as_ref(), raw.state.as_ref(), base, errors);
+    let otlp = state::compile_observability(raw.observability.as_ref(), errors);
     let encoder = raw
         .inference
         .as_ref()
@@ -182,6 +183,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let server = server?;
     let state = state?;
     let records = records?;
+    let otlp = otlp?;
     if !errors.is_empty() {
         return None;
     }
@@ -217,11 +219,13 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         looper_budget,
         observe_responses: identities_observe
             || energy_recorded
+            || otlp.is_some()
             || decisions.iter().any(|d| d.algorithm.observes_responses()),
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
         records,
+        otlp,
         sessions,
         models,
         identities: identities.into_iter().map(|(_, i)| i).collect(),

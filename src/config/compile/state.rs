@@ -1,8 +1,11 @@
-//! The `state` section → [`Settings`], and `sessions` → [`Sessions`].
+//! The `state` section → [`Settings`], `sessions` → [`Sessions`], `records` and
+//! `observability`.
 
 use crate::config::error::Errors;
 use crate::config::raw::{RawRecords, RawSessions, RawState, RawStateBackend};
+use crate::config::raw_selection::{RawObservability, RawOtlpProtocol};
 use crate::config::snapshot::{RecordSettings, Sessions};
+use crate::observability::otlp::{OtlpProtocol, OtlpSettings};
 use crate::state::{Backend, RedisSettings, Settings};
 use std::time::Duration;
 
@@ -204,5 +207,46 @@ pub(super) fn compile_sessions(raw: Option<&RawSessions>, errors: &mut Errors) -
         headers,
         min_turns: raw.min_turns.unwrap_or(2),
         switch_margin,
+    })
+}
+
+/// The `observability` section → the OTLP export settings, when configured.
+pub(super) fn compile_observability(
+    raw: Option<&RawObservability>,
+    errors: &mut Errors,
+) -> Option<Option<OtlpSettings>> {
+    let Some(otlp) = raw.and_then(|r| r.otlp.as_ref()) else {
+        return Some(None);
+    };
+    let mut ok = true;
+    let endpoint = otlp.endpoint.trim();
+    let valid = reqwest::Url::parse(endpoint)
+        .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some());
+    if !valid {
+        errors.push(
+            "observability.otlp.endpoint",
+            format!("{endpoint:?} is not an http:// or https:// URL of the collector"),
+        );
+        ok = false;
+    }
+    if otlp.timeout_ms == Some(0) {
+        errors.push("observability.otlp.timeoutMs", "must be greater than 0");
+        ok = false;
+    }
+    let service_name = otlp.service_name.as_deref().map(str::trim);
+    if service_name == Some("") {
+        errors.push("observability.otlp.serviceName", "must not be empty");
+        ok = false;
+    }
+    ok.then(|| {
+        Some(OtlpSettings {
+            endpoint: endpoint.to_owned(),
+            protocol: match otlp.protocol {
+                Some(RawOtlpProtocol::Http) => OtlpProtocol::Http,
+                Some(RawOtlpProtocol::Grpc) | None => OtlpProtocol::Grpc,
+            },
+            service_name: service_name.unwrap_or("mom-router").to_owned(),
+            timeout: std::time::Duration::from_millis(otlp.timeout_ms.unwrap_or(5000)),
+        })
     })
 }
