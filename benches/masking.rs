@@ -9,7 +9,7 @@
 )]
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use mom_router::engine::pii_mask::{Masker, SseRestorer};
+use mom_router::engine::answer::pii_mask::{Masker, SseRestorer};
 use serde_json::{json, Map, Value};
 use std::hint::black_box;
 use std::sync::Arc;

@@ -314,7 +314,22 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
     let long = long.join(" ");
     let request = mom_router::llm::ChatRequest::parse(ask(&long).to_string().as_bytes()).unwrap();
     let before = encoder.stats().items.load(Ordering::Relaxed);
-    let neural = mom_router::engine::neural_inputs(&snapshot, both, &request, false).await;
+    // A request whose spans are collected gets one span for the encoder's pass.
+    use mom_router::observability::spans;
+    let calls = spans::Calls::new(spans::TraceContext::from_traceparent(None));
+    let neural = spans::collecting(
+        Some(calls.clone()),
+        mom_router::engine::neural_inputs(&snapshot, both, &request, false),
+    )
+    .await;
+    let (passes, _) = calls.take();
+    assert_eq!(passes.len(), 1);
+    assert_eq!(passes[0].name, "signals encoder");
+    assert_eq!(passes[0].parent, Some(calls.context().span_id));
+    assert!(passes[0]
+        .attributes
+        .contains(&("mom.texts", spans::Value::Int(5))));
+    assert!(passes[0].error.is_none());
     let windows = neural.windows.unwrap().unwrap();
     assert_eq!(
         windows.len(),

@@ -97,6 +97,31 @@ fn every_module_imports_only_from_lower_layers() {
     );
 }
 
+/// Inside the engine the folders layer too: the request pipeline runs recipes, and both bind an
+/// answer's obligations; what settles an answer never reaches back into how it was asked for.
+#[test]
+fn engine_folders_import_only_downward() {
+    const FOLDERS: &[&str] = &["request", "recipes", "answer"];
+    let mut checked = 0;
+    for (rank, folder) in FOLDERS.iter().enumerate() {
+        let mut files = Vec::new();
+        rust_files(&root().join("src/engine").join(folder), &mut files);
+        assert!(!files.is_empty(), "src/engine/{folder} is empty");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for higher in &FOLDERS[..rank] {
+                assert!(
+                    !text.contains(&format!("engine::{higher}")),
+                    "{} imports engine::{higher}",
+                    file.display()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 15, "only {checked} engine files scanned");
+}
+
 #[test]
 fn decisions_stay_free_of_the_async_runtime_and_backends() {
     let dir = root().join("src/decision");

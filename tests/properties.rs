@@ -9,7 +9,7 @@
 )]
 
 use mom_router::config::compile_str;
-use mom_router::engine::pii_mask::{Masker, SseRestorer};
+use mom_router::engine::answer::pii_mask::{Masker, SseRestorer};
 use mom_router::engine::{self, Services};
 use mom_router::llm::Headers;
 use mom_router::signals::pii_patterns::spans;

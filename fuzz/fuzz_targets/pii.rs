@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mom_router::engine::pii_mask::Masker;
+use mom_router::engine::answer::pii_mask::Masker;
 use mom_router::signals::pii_patterns::spans;
 use serde_json::{json, Value};
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mom_router::engine::pii_mask::{Masker, SseRestorer};
+use mom_router::engine::answer::pii_mask::{Masker, SseRestorer};
 use mom_router::llm::{sse, UsageScanner};
 use serde_json::json;
 use std::sync::{Arc, OnceLock};

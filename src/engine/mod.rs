@@ -2,40 +2,29 @@
 //! [`on_request_headers`] (path, method, size) and [`on_request_body`]
 //! (parse → signals → decision → selection → action). The only await is the shared encoder's
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
+//!
+//! What the engine owns, by folder: [`request`] — the request pipeline after parsing (ingress per
+//! protocol, the models signals read, plugins, selection inputs, sessions, the cache's lookup,
+//! what happens once decided); [`recipes`] — the collaborations behind one [`recipes::Recipe`]
+//! trait (cascade, ratings ensemble, ReMoM, fusion panel, workflows); [`answer`] — the
+//! obligations an answer owes (contract, answer guard, grounding, masked values) and their
+//! settling.
 
-mod answer_guard;
-pub mod cache;
-pub mod contract;
-mod decided;
+pub mod answer;
 mod error;
-mod fusion;
-pub mod grounding;
-mod ingress;
-mod looper;
-mod models;
-mod neural;
-pub mod obligations;
-pub mod pii_mask;
-mod plugins;
-mod ratings;
-mod recipe;
-mod remom;
-mod select;
-mod session;
-mod tools;
+pub mod recipes;
+pub mod request;
 mod trace;
-mod workflows;
 
-pub use neural::neural_inputs;
-
-pub use answer_guard::matches as answer_matches;
+pub use answer::answer_guard::matches as answer_matches;
+pub use answer::obligations::Obligations;
 pub use error::{Fault, RouteError, MAX_DEPTH};
-pub use ingress::in_protocol;
-pub use looper::{LooperTrace, Step};
-pub use obligations::Obligations;
-pub use plugins::HeaderEdits;
-pub use select::DEFAULT_COMPLETION_TOKENS;
-pub use session::SessionTrace;
+pub use recipes::looper::{LooperTrace, Step};
+pub use request::ingress::in_protocol;
+pub use request::neural::neural_inputs;
+pub use request::plugins::HeaderEdits;
+pub use request::select::DEFAULT_COMPLETION_TOKENS;
+pub use request::session::SessionTrace;
 pub use trace::Trace;
 
 use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
@@ -114,7 +103,7 @@ pub struct Forward {
     /// panel answer when its synthesis fails).
     pub fallback: Option<Box<Reply>>,
     /// Header edits plugins made for the upstream request.
-    pub headers: plugins::HeaderEdits,
+    pub headers: request::plugins::HeaderEdits,
     /// What the answer owes before the client gets it, settled in the response phase.
     pub obligations: Obligations,
 }
@@ -195,7 +184,7 @@ pub fn on_request_headers(
     let refuse = |error: RouteError| Some(refusal(snapshot, error));
     match path {
         MODELS_PATH if method == "GET" => Some(Routed {
-            action: Action::Respond(models::list(snapshot)),
+            action: Action::Respond(request::models::list(snapshot)),
             trace: Trace::empty(snapshot),
         }),
         MODELS_PATH => refuse(method_not_allowed(method, path, "GET")),
@@ -235,12 +224,14 @@ pub async fn on_request_body(
     }
     match headers.path() {
         messages::PATH => {
-            ingress::translated(snapshot, services, headers, body, Protocol::Messages).await
+            request::ingress::translated(snapshot, services, headers, body, Protocol::Messages)
+                .await
         }
         responses::PATH => {
-            ingress::translated(snapshot, services, headers, body, Protocol::Responses).await
+            request::ingress::translated(snapshot, services, headers, body, Protocol::Responses)
+                .await
         }
-        messages::COUNT_TOKENS_PATH => ingress::count_tokens(snapshot, body),
+        messages::COUNT_TOKENS_PATH => request::ingress::count_tokens(snapshot, body),
         _ => route_chat(snapshot, services, headers, body).await,
     }
 }
@@ -277,14 +268,15 @@ async fn route_chat(
                     .as_ref()
                     .and_then(|e| e.as_ref().ok())
                     .cloned();
-                let decided = decided::Decided {
+                let decided = request::decided::Decided {
                     trace,
                     chosen,
                     decision,
                     depth,
                     query,
                 };
-                decided::carry_out(snapshot, services, identity, headers, request, decided).await
+                request::decided::carry_out(snapshot, services, identity, headers, request, decided)
+                    .await
             }
             Err(refused) => {
                 let (error, evidence) = *refused;
@@ -430,7 +422,7 @@ fn route_identity<'s>(
             return Ok((trace, *model, None));
         }
     };
-    let selection = select::choose(
+    let selection = request::select::choose(
         snapshot,
         state,
         decision,
@@ -469,7 +461,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             body: request.into_body_for(&model.provider_model),
             stream,
             fallback: None,
-            headers: plugins::HeaderEdits::default(),
+            headers: request::plugins::HeaderEdits::default(),
             obligations: Obligations::default(),
         }),
         trace,

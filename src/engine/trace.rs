@@ -31,11 +31,11 @@ pub struct Trace {
     /// What a looper did, when the decision ran one.
     pub looper: Option<LooperTrace>,
     /// The output contract's kind and outcome, once the answer was checked.
-    pub contract: Option<(&'static str, super::contract::ContractOutcome)>,
+    pub contract: Option<(&'static str, super::answer::contract::ContractOutcome)>,
     /// Plugins run, with what each did.
     pub plugins: Vec<(&'static str, String)>,
     /// The grounding check's outcome on the answer (`grounded 3/3 min=0.71`, …).
-    pub grounding: Option<super::grounding::Grounded>,
+    pub grounding: Option<super::answer::grounding::Grounded>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
     /// Logical model chosen.
@@ -181,7 +181,7 @@ impl Trace {
     pub fn grounding_label(&self) -> Option<String> {
         self.grounding
             .as_ref()
-            .map(super::grounding::Grounded::label)
+            .map(super::answer::grounding::Grounded::label)
     }
 
     /// The contract's `kind:outcome`, once the answer was checked.

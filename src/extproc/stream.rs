@@ -102,7 +102,7 @@ struct Forwarded {
     scanner: Option<UsageScanner>,
     /// The answer to give instead of a failed upstream response (ReMoM's evidence).
     fallback: Option<Box<crate::engine::Reply>>,
-    /// What the answer owes, settled in the order [`crate::engine::obligations`] declares;
+    /// What the answer owes, settled in the order [`crate::engine::answer::obligations`] declares;
     /// each is taken once settled.
     obligations: crate::engine::Obligations,
     /// The forwarded request body, while a contract repair may continue its conversation.
@@ -112,7 +112,7 @@ struct Forwarded {
     /// A streamed response's bytes, collected for its contract check.
     collected: Vec<u8>,
     /// The stream's restorer (of the masked values), once the response streams.
-    restorer: Option<crate::engine::pii_mask::SseRestorer>,
+    restorer: Option<crate::engine::answer::pii_mask::SseRestorer>,
     /// The upstream's status, once its headers came.
     status: u16,
     /// The stream's translator into the client's protocol, once the response streams.
@@ -488,9 +488,9 @@ impl StreamState {
         let mut reply = convert::response_headers(Some(&forwarded.trace), forwarded.body_mode);
         let restore = &forwarded.obligations.restore;
         if let (true, false, Some(masker)) = (forwarded.stream, hold, restore) {
-            forwarded.restorer = Some(crate::engine::pii_mask::SseRestorer::new(Arc::clone(
-                masker,
-            )));
+            forwarded.restorer = Some(crate::engine::answer::pii_mask::SseRestorer::new(
+                Arc::clone(masker),
+            ));
         }
         if let (true, Some(protocol), true, false) = (watch_body, protocol, streams, hold) {
             forwarded.translator = crate::protocol::StreamTranslator::new(protocol);

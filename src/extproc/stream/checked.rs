@@ -5,7 +5,7 @@
 //! need model calls are settled in `settle`.
 
 use super::{StreamState, MAX_COLLECTED};
-use crate::engine::contract::ContractOutcome;
+use crate::engine::answer::contract::ContractOutcome;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
 use crate::llm::chat::reply_text;
@@ -104,9 +104,9 @@ impl StreamState {
                 .grounding
                 .as_ref()
                 .is_some_and(|grounded| !grounded.passed());
-        let keepable = crate::engine::cache::keepable(&answer, forwarded.stream);
+        let keepable = crate::engine::answer::keep::keepable(&answer, forwarded.stream);
         if let (Some(ticket), Some(body), false) = (ticket, keepable, violated) {
-            crate::engine::cache::keep(&self.services.state, &ticket, body);
+            crate::engine::answer::keep::keep(&self.services.state, &ticket, body);
         }
     }
 

@@ -5,7 +5,7 @@
 //! the answer collected for the cache.
 
 use super::{StreamState, REPAIR_DEADLINE};
-use crate::engine::contract::{enforce, ContractOutcome};
+use crate::engine::answer::contract::{enforce, ContractOutcome};
 use crate::engine::RouteError;
 use crate::extproc::convert::{self, BodyMode};
 use crate::llm::chat::reply_text;

@@ -13,8 +13,8 @@
 //! The outcome (`new`, `kept`, `held`, `switched`) and its reason reach `explain`, the
 //! `x-mom-session*` headers and the metadata.
 
-use super::Trace;
 use crate::config::{Identity, Sessions, Snapshot};
+use crate::engine::Trace;
 use crate::llm::{ChatRequest, Headers};
 use crate::state::{Pin, StateStore};
 
@@ -30,7 +30,7 @@ pub struct SessionTrace {
 }
 
 /// Applies the session's pin to the fresh choice `chosen`; returns the model that serves.
-pub(super) async fn continue_session(
+pub(in crate::engine) async fn continue_session(
     snapshot: &Snapshot,
     state: &StateStore,
     identity: &Identity,

@@ -5,18 +5,27 @@
 //! request with its header edits, or settled at once on an answer already in hand.
 
 use super::cache::{self, Consulted};
-use super::grounding::GroundingCheck;
-use super::obligations::{settle_in_hand, Obligations};
 use super::plugins::{self, HeaderEdits};
-use super::{contract, forward, recipe, refusal, session, tools};
-use super::{Action, LooperTrace, Routed, Services, Trace};
+use super::session;
+use super::tools;
 use crate::config::{Decision, Identity, Snapshot};
+use crate::engine::answer::contract;
+use crate::engine::answer::grounding::GroundingCheck;
+use crate::engine::answer::obligations::{settle_in_hand, Obligations};
+use crate::engine::forward;
+use crate::engine::recipes as recipe;
+use crate::engine::refusal;
+use crate::engine::Action;
+use crate::engine::LooperTrace;
+use crate::engine::Routed;
+use crate::engine::Services;
+use crate::engine::Trace;
 use crate::llm::{ChatRequest, Headers};
 use crate::state::StateStore;
 use std::sync::Arc;
 
 /// What the decision phase settled.
-pub(super) struct Decided<'s> {
+pub(in crate::engine) struct Decided<'s> {
     /// The evidence so far.
     pub trace: Trace,
     /// The model chosen (the identity's default when no decision matched).
@@ -30,7 +39,7 @@ pub(super) struct Decided<'s> {
 }
 
 /// Carries out the decision (none: the identity's default) for `request`.
-pub(super) async fn carry_out(
+pub(in crate::engine) async fn carry_out(
     snapshot: &Snapshot,
     services: &Services,
     identity: &Identity,

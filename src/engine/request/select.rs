@@ -18,7 +18,7 @@ pub const DEFAULT_COMPLETION_TOKENS: f64 = 256.0;
 
 /// Picks one of `decision`'s candidates within the identity's `bounds`. `query` is the last user
 /// message's embedding, when the identity computed one.
-pub(super) fn choose(
+pub(in crate::engine) fn choose(
     snapshot: &Snapshot,
     state: &StateStore,
     decision: &Decision,

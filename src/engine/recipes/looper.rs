@@ -4,9 +4,11 @@
 //! own request to the last model, so Envoy streams that answer to the client (with its retries
 //! and access log) rather than mom-router buffering it.
 
-use super::contract::{self, ContractOutcome};
-use super::{Reply, RouteError, Trace};
 use crate::config::{ConfidenceLooper, Decision, Model, OnCallError, Snapshot};
+use crate::engine::answer::contract::{self, ContractOutcome};
+use crate::engine::Reply;
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::logprobs::{confidence, yes_probability, Measure};
 use crate::llm::{CallError, ChatRequest, LlmClient};
 use serde_json::{json, Value};
@@ -98,7 +100,7 @@ impl LooperTrace {
 }
 
 /// How the recipe ended.
-pub(super) enum Ending {
+pub(in crate::engine) enum Ending {
     /// A tentative answer is returned as it is.
     Answer(Reply),
     /// The client's request goes to this model (candidate's model index).
@@ -107,7 +109,7 @@ pub(super) enum Ending {
 
 /// A sub-request: the client's request, non-streaming, with log-probabilities asked (and the
 /// best alternatives when `alternatives`) and `max_tokens` capped at `max_tokens`.
-pub(super) fn sub_request_body(
+pub(in crate::engine) fn sub_request_body(
     request: &ChatRequest,
     provider_model: &str,
     max_tokens: u64,
@@ -132,7 +134,7 @@ pub(super) fn sub_request_body(
 /// Sends `calls` (model index, logical name, body) at most `max_concurrent` at a time, each with
 /// `per_call` (capped by `total`) to answer; when `total` passes, the answers in hand are
 /// returned and the calls still in flight dropped. Results come in completion order.
-pub(super) async fn fan_out(
+pub(in crate::engine) async fn fan_out(
     client: &LlmClient,
     calls: Vec<(usize, String, Vec<u8>)>,
     max_concurrent: usize,
@@ -153,7 +155,7 @@ pub(super) async fn fan_out(
 }
 
 /// Runs the confidence cascade of `decision`.
-pub(super) async fn confidence_cascade(
+pub(in crate::engine) async fn confidence_cascade(
     snapshot: &Snapshot,
     client: &LlmClient,
     decision: &Decision,
@@ -315,13 +317,13 @@ async fn self_verify(
 }
 
 /// Adds a reply's token usage to the recipe's total.
-pub(super) fn add_usage(record: &mut LooperTrace, model: &Model, body: &Value) {
+pub(in crate::engine) fn add_usage(record: &mut LooperTrace, model: &Model, body: &Value) {
     record.add(model, crate::llm::usage::usage_of(body).counted());
 }
 
 /// The confident tentative answer as the client's reply: JSON, or server-sent events when the
 /// client asked to stream, with the cascade's summed usage.
-pub(super) fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Reply {
+pub(in crate::engine) fn answer(mut body: Value, stream: bool, record: &LooperTrace) -> Reply {
     let usage = json!({
         "prompt_tokens": record.usage.0,
         "completion_tokens": record.usage.1,

@@ -2,11 +2,11 @@
 //! models, bounds, required policies), then, unless
 //! `server.listModels` is false, the concrete models.
 
-use super::Reply;
 use crate::config::Snapshot;
+use crate::engine::Reply;
 use serde_json::json;
 
-pub(super) fn list(snapshot: &Snapshot) -> Reply {
+pub(in crate::engine) fn list(snapshot: &Snapshot) -> Reply {
     let identities = snapshot.identities.iter().map(|i| {
         let eligible: Vec<&str> = i
             .eligible

@@ -7,8 +7,9 @@
 
 use super::looper::{add_usage, answer, fan_out, LooperTrace, Step};
 use super::remom::{briefed, Synthesis};
-use super::{RouteError, Trace};
 use crate::config::{Decision, Model, OnCallError, Snapshot, WorkflowsLooper};
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::contract::json_in;
 use crate::llm::{ChatRequest, LlmClient};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// One validated step of a plan.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct PlanStep {
+pub(in crate::engine) struct PlanStep {
     /// The plan's id for the step.
     pub id: String,
     /// Candidate index of the worker.
@@ -29,7 +30,7 @@ pub(super) struct PlanStep {
 }
 
 /// Runs the workflow of `decision` and prepares the finalizer's request.
-pub(super) async fn workflows(
+pub(in crate::engine) async fn workflows(
     snapshot: &Snapshot,
     client: &LlmClient,
     decision: &Decision,
@@ -209,7 +210,7 @@ async fn plan(
 
 /// A plan from the planner's reply: one JSON object with 1..=`max_steps` steps, each naming an
 /// allowed worker, a task, and only earlier steps in `after`.
-pub(super) fn validate(
+pub(in crate::engine) fn validate(
     text: &str,
     workers: &[(usize, &Model)],
     max_steps: usize,

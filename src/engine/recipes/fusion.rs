@@ -7,8 +7,9 @@
 
 use super::looper::{add_usage, Step};
 use super::remom::{evidence, panel, synthesis, Synthesis};
-use super::{RouteError, Trace};
 use crate::config::{Decision, FusionLooper, Snapshot};
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::contract::json_in;
 use crate::llm::{ChatRequest, LlmClient};
@@ -19,7 +20,7 @@ and nothing else: {\"agreement\": [points the answers share], \"contradictions\"
 they disagree, naming who says what], \"unique_insights\": [points only one answer makes]}.";
 
 /// Runs Fusion on `decision` and prepares the finalizer's request.
-pub(super) async fn fusion(
+pub(in crate::engine) async fn fusion(
     snapshot: &Snapshot,
     client: &LlmClient,
     decision: &Decision,

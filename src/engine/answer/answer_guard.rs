@@ -2,8 +2,8 @@
 //! were a message the next reader receives. An answer carrying injected instructions (a tool
 //! result echoed back, a model talked into relaying an attack) is withheld.
 
-use super::neural_inputs;
 use crate::config::Snapshot;
+use crate::engine::neural_inputs;
 use crate::llm::{ChatRequest, Headers};
 use crate::signals::Needs;
 

@@ -243,7 +243,7 @@ impl GroundingCheck {
         let fallback = self.rule.fallback.as_deref().filter(|_| !verdict.grounded);
         let replacement = fallback.map(|text| {
             let completion = fallback_completion(text, provider_model);
-            super::Reply::completion(&completion, stream).body
+            crate::engine::Reply::completion(&completion, stream).body
         });
         Settled {
             grounded: Grounded {

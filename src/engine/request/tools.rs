@@ -9,7 +9,7 @@ use crate::llm::ChatRequest;
 use serde_json::Value;
 
 /// Keeps at most `top_k` tools of `request` (plus the ones it must keep); says what it did.
-pub(super) async fn select(
+pub(in crate::engine) async fn select(
     snapshot: &Snapshot,
     request: &mut ChatRequest,
     query: Option<&[f32]>,

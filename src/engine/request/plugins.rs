@@ -3,9 +3,10 @@
 //! or reroute it before any upstream call; rewrites change the request every later step sends
 //! (sub-requests and the forwarded request alike) or the headers of the forwarded request.
 
-use super::pii_mask::Masker;
-use super::{RouteError, Trace};
 use crate::config::{CacheRule, Contract, GroundingRule, Plugin, Snapshot};
+use crate::engine::answer::pii_mask::Masker;
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::ChatRequest;
 use crate::signals::pii_patterns::PiiKind;
 use serde_json::{json, Value};
@@ -22,7 +23,7 @@ pub struct HeaderEdits {
 
 /// What the plugins left for the rest of the request.
 #[derive(Debug, Default)]
-pub(super) struct Applied {
+pub(in crate::engine) struct Applied {
     /// The model a guard rerouted to.
     pub reroute: Option<usize>,
     /// The placeholders masked in the request, to restore in the answer.
@@ -34,7 +35,7 @@ pub(super) struct Applied {
 
 /// Plugins the caller runs around the request rather than on it (the first of each kind).
 #[derive(Debug, Default)]
-pub(super) struct Deferred<'p> {
+pub(in crate::engine) struct Deferred<'p> {
     /// The semantic cache: looked up before any model call, fed by the answer.
     pub cache: Option<&'p CacheRule>,
     /// A response_validation contract (when the decision has none of its own).
@@ -47,7 +48,7 @@ pub(super) struct Deferred<'p> {
 
 impl<'p> Deferred<'p> {
     /// Finds them among `plugins`.
-    pub(super) fn of(plugins: impl Iterator<Item = &'p Plugin>) -> Self {
+    pub(in crate::engine) fn of(plugins: impl Iterator<Item = &'p Plugin>) -> Self {
         let mut deferred = Self::default();
         for plugin in plugins {
             match plugin {
@@ -75,7 +76,7 @@ impl<'p> Deferred<'p> {
 }
 
 /// Runs `plugins` on `request`. Each plugin's action is added to `trace.plugins`.
-pub(super) fn apply<'p>(
+pub(in crate::engine) fn apply<'p>(
     snapshot: &Snapshot,
     plugins: impl Iterator<Item = &'p Plugin>,
     request: &mut ChatRequest,

@@ -8,11 +8,13 @@
 //! pipeline's own form (a client of any protocol can be served from it), and the answer is
 //! translated into the client's protocol last.
 
-use super::cache::{self, CacheTicket};
 use super::grounding::GroundingCheck;
 use super::pii_mask::Masker;
-use super::{Reply, RouteError, Trace};
 use crate::config::{Contract, Snapshot};
+use crate::engine::answer::keep::{self, CacheTicket};
+use crate::engine::Reply;
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::protocol::Protocol;
 use crate::state::StateStore;
 use std::sync::Arc;
@@ -104,8 +106,8 @@ pub async fn settle_in_hand(
         .grounding
         .as_ref()
         .is_none_or(super::grounding::Grounded::passed);
-    let answer = cache::keepable(&reply.body, stream).filter(|_| grounded);
+    let answer = keep::keepable(&reply.body, stream).filter(|_| grounded);
     if let (Some(ticket), Some(answer)) = (obligations.keep, answer) {
-        cache::keep(state, &ticket, answer);
+        keep::keep(state, &ticket, answer);
     }
 }

@@ -5,14 +5,22 @@
 //! otherwise to the chat path, owed a translation back. An answer in hand (a recipe's, the
 //! cache's, a refusal) is translated at once.
 
-use super::{refusal, route_chat, Action, Forward, Reply, RouteError, Routed, Services, CHAT_PATH};
 use crate::config::Snapshot;
+use crate::engine::refusal;
+use crate::engine::route_chat;
+use crate::engine::Action;
+use crate::engine::Forward;
+use crate::engine::Reply;
+use crate::engine::RouteError;
+use crate::engine::Routed;
+use crate::engine::Services;
+use crate::engine::CHAT_PATH;
 use crate::llm::{ChatRequest, Headers};
 use crate::protocol::{self, messages, Protocol, Translation};
 use serde_json::Value;
 
 /// Routes a body in `protocol`.
-pub(super) async fn translated(
+pub(in crate::engine) async fn translated(
     snapshot: &Snapshot,
     services: &Services,
     headers: &Headers,
@@ -87,7 +95,7 @@ fn native_body(
 }
 
 /// `POST /v1/messages/count_tokens`: mom-router's estimate of the request's input tokens.
-pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
+pub(in crate::engine) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
     let counted = messages::to_chat(body, true)
         .map_err(RouteError::from)
         .and_then(|t| ChatRequest::parse(&t.body).map_err(RouteError::from));
@@ -95,7 +103,7 @@ pub(super) fn count_tokens(snapshot: &Snapshot, body: &[u8]) -> Routed {
         Ok(request) => {
             let tokens = crate::signals::estimate_tokens(&request);
             let body = serde_json::json!({"input_tokens": tokens}).to_string();
-            let mut trace = super::Trace::empty(snapshot);
+            let mut trace = crate::engine::Trace::empty(snapshot);
             trace.translation = Some(Translation::to_chat(Protocol::Messages, Vec::new()));
             Routed {
                 action: Action::Respond(Reply::json(body.into_bytes())),

@@ -1,6 +1,7 @@
 //! The semantic cache plugin in the request phase: the request's keys, the lookup (exact, then by
 //! meaning within the partition), the wait for an identical request already upstream, and the
-//! ticket a miss carries to the response phase, where a complete 2xx answer is kept.
+//! ticket a miss carries to the response phase, where a complete 2xx answer is kept
+//! ([`crate::engine::answer::keep`]).
 //!
 //! The partition digest covers everything a reused answer must share with the request that
 //! earned it: the identity and its version, the decision, the model, the scope headers' values,
@@ -8,14 +9,15 @@
 //! `stream_options` (tools, response format, sampling parameters…). The exact digest adds the
 //! last user message. `x-mom-cache-control: no-cache` skips the lookup, `no-store` the keeping.
 
-use super::{Reply, Trace};
 use crate::config::CacheRule;
+use crate::engine::answer::keep::CacheTicket;
+use crate::engine::Reply;
+use crate::engine::Trace;
 use crate::llm::{ChatRequest, Headers};
-use crate::state::{CacheKey, Flight, FlightGuard, Found, StateStore};
+use crate::state::{CacheKey, Flight, Found, StateStore};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The plugin's name in `x-mom-plugins`.
 pub const PLUGIN: &str = "semantic_cache";
@@ -24,31 +26,8 @@ pub const CONTROL_HEADER: &str = "x-mom-cache-control";
 /// The response header on answers served from the cache.
 pub const HIT_HEADER: &str = "x-mom-cache-hit";
 
-/// What a miss carries to the response phase: where to keep the answer. While the request that
-/// went upstream holds it, identical requests on this replica wait for its answer.
-#[derive(Debug)]
-pub struct CacheTicket {
-    /// Where the answer goes.
-    pub key: CacheKey,
-    /// The last user message's embedding, kept for lookups by meaning.
-    pub embedding: Option<Arc<Vec<f32>>>,
-    /// How long it is kept.
-    pub ttl: Duration,
-    /// Kept in Redis too.
-    pub shared: bool,
-    _flight: Option<FlightGuard>,
-}
-
-impl PartialEq for CacheTicket {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-
-impl Eq for CacheTicket {}
-
 /// What the lookup settled.
-pub(super) enum Consulted {
+pub(in crate::engine) enum Consulted {
     /// Answered from the cache.
     Hit(Reply, String),
     /// Go upstream; keep the answer when there is a ticket.
@@ -56,7 +35,7 @@ pub(super) enum Consulted {
 }
 
 /// The request's partition and exact keys, computed before any plugin rewrites it.
-pub(super) fn key(
+pub(in crate::engine) fn key(
     rule: &CacheRule,
     trace: &Trace,
     model: &str,
@@ -112,7 +91,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Looks the request up (unless `no-cache`), waiting up to the rule's wait for an identical
 /// request already upstream; on a miss, the ticket to keep the answer (unless `no-store`).
-pub(super) async fn consult(
+pub(in crate::engine) async fn consult(
     state: &StateStore,
     rule: &CacheRule,
     key: CacheKey,
@@ -183,31 +162,4 @@ fn hit(found: Option<Found>, stream: bool, note: &str) -> Option<Consulted> {
         Found::Similar(_, similarity) => format!("hit similar {similarity:.3}{note}"),
     };
     Some(Consulted::Hit(reply, action))
-}
-
-/// The answer a client received, as the JSON completion to keep: a JSON body as it is, an event
-/// stream assembled (only when it completed). `None` for anything else.
-pub fn keepable(body: &[u8], stream: bool) -> Option<Vec<u8>> {
-    let answered = |completion: &Value| {
-        completion["choices"]
-            .as_array()
-            .is_some_and(|choices| !choices.is_empty())
-    };
-    if stream {
-        let completion = crate::llm::sse::assemble(body)?;
-        answered(&completion).then(|| completion.to_string().into_bytes())
-    } else {
-        let completion: Value = serde_json::from_slice(body).ok()?;
-        answered(&completion).then(|| body.to_vec())
-    }
-}
-
-/// Keeps the answer of a request that held `ticket`.
-pub fn keep(state: &StateStore, ticket: &CacheTicket, body: Vec<u8>) {
-    let kept = crate::state::Kept {
-        body: Arc::new(body),
-        embedding: ticket.embedding.clone(),
-        ttl: ticket.ttl,
-    };
-    state.keep_answer(&ticket.key, kept, ticket.shared);
 }

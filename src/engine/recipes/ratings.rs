@@ -5,10 +5,12 @@
 //! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
 //! the request (502).
 
-use super::contract::enforce;
 use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
-use super::{Reply, RouteError, Trace};
 use crate::config::{Decision, OnViolation, RatingsLooper, Snapshot};
+use crate::engine::answer::contract::enforce;
+use crate::engine::Reply;
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
@@ -16,7 +18,7 @@ use crate::selection::ELO_START;
 use crate::state::StateStore;
 
 /// Runs the ensemble of `decision`; returns the reply to send.
-pub(super) async fn ratings_ensemble(
+pub(in crate::engine) async fn ratings_ensemble(
     snapshot: &Snapshot,
     client: &LlmClient,
     state: &StateStore,

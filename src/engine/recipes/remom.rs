@@ -6,15 +6,18 @@
 //! not a success, mom-router answers with that evidence instead.
 
 use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
-use super::{Forward, Reply, RouteError, Trace};
 use crate::config::{Decision, Model, RemomLooper, Snapshot};
+use crate::engine::Forward;
+use crate::engine::Reply;
+use crate::engine::RouteError;
+use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
 use crate::llm::{ChatRequest, LlmClient};
 use serde_json::{json, Value};
 
 /// The synthesis to forward, with the evidence to answer with if it fails.
-pub(super) struct Synthesis {
+pub(in crate::engine) struct Synthesis {
     /// The rewritten request for the synthesizer.
     pub forward: Forward,
     /// The best evidence in hand (none when there is nothing to answer with).
@@ -22,10 +25,10 @@ pub(super) struct Synthesis {
 }
 
 /// One panel answer: its mean token probability, the model, the reply.
-pub(super) type Answer = (f64, String, Value);
+pub(in crate::engine) type Answer = (f64, String, Value);
 
 /// Runs the panel of `decision` and prepares the synthesis.
-pub(super) async fn remom(
+pub(in crate::engine) async fn remom(
     snapshot: &Snapshot,
     client: &LlmClient,
     decision: &Decision,
@@ -44,7 +47,7 @@ pub(super) async fn remom(
 /// schedule — and fails when the first round has fewer than `minSuccesses` answers. A later
 /// round sees the previous round's answers; one with too few answers ends the schedule and the
 /// previous round's answers stand. Answers come best first.
-pub(super) async fn panel(
+pub(in crate::engine) async fn panel(
     snapshot: &Snapshot,
     client: &LlmClient,
     decision: &Decision,
@@ -171,7 +174,7 @@ fn round_calls(
 }
 
 /// The panel's answers, numbered, best first.
-pub(super) fn evidence(answers: &[Answer]) -> String {
+pub(in crate::engine) fn evidence(answers: &[Answer]) -> String {
     let listed: Vec<String> = answers
         .iter()
         .enumerate()
@@ -186,7 +189,7 @@ pub(super) fn evidence(answers: &[Answer]) -> String {
     clippy::too_many_arguments,
     reason = "one call site per recipe, each argument distinct"
 )]
-pub(super) fn synthesis(
+pub(in crate::engine) fn synthesis(
     snapshot: &Snapshot,
     decision: &Decision,
     looper: &RemomLooper,
@@ -218,7 +221,7 @@ pub(super) fn synthesis(
 }
 
 /// The client's request for `model` with `brief` added as a first system message.
-pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forward {
+pub(in crate::engine) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forward {
     let mut object = request.object().clone();
     object.insert("model".to_owned(), json!(model.provider_model));
     let mut messages = object
@@ -235,7 +238,7 @@ pub(super) fn briefed(request: &ChatRequest, model: &Model, brief: &str) -> Forw
         body: Value::Object(object).to_string().into_bytes(),
         stream: request.stream,
         fallback: None,
-        headers: super::HeaderEdits::default(),
-        obligations: super::Obligations::default(),
+        headers: crate::engine::HeaderEdits::default(),
+        obligations: crate::engine::Obligations::default(),
     }
 }
