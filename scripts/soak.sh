@@ -41,7 +41,14 @@ say "warm-up and baseline: 30 s of ordinary requests at $CONCURRENCY"
 "$BIN/examples/soak" "$URL" 30 "$CONCURRENCY" normal | tee "$RUN/baseline.json"
 say "after warm-up: $(resources)"
 say "soak: $SOAK_SECONDS s of mixed traffic at $CONCURRENCY"
+# mom-router's resources every 30 s, to tell growth from a plateau.
+( start=$SECONDS; while kill -0 "$ROUTER" 2>/dev/null; do
+    echo "t=$((SECONDS - start))s $(resources)"; sleep 30; done ) >"$RUN/resources.txt" 2>/dev/null &
+SAMPLER=$!
 "$BIN/examples/soak" "$URL" "$SOAK_SECONDS" "$CONCURRENCY" mixed | tee "$RUN/soak.json"
+kill "$SAMPLER" 2>/dev/null || true
+say "resources every 30 s:"
+cat "$RUN/resources.txt"
 kill -0 "$ROUTER" 2>/dev/null || die "mom-router died during the soak (log: $RUN/mom-router.log)"
 say "at the end: $(resources)"
 panics=$(grep -c 'panicked' "$RUN/mom-router.log" || true)

@@ -80,8 +80,8 @@ impl Drop for StreamState {
 enum Pending {
     /// Route it (loopers may run).
     Request(HttpBody),
-    /// Settle it: contract repair, grounding check.
-    Settle(HttpBody),
+    /// Settle it: contract repair, answer guard, grounding check (the answer parsed once).
+    Settle(crate::engine::answer::held::Held),
 }
 
 /// The deadline of a contract repair made in the response phase.
@@ -167,9 +167,9 @@ impl StreamState {
         let calls = self.calls();
         let (phase, response) = match self.pending.take()? {
             Pending::Request(body) => ("request_body", self.on_request_body(body).await),
-            Pending::Settle(body) => (
+            Pending::Settle(answer) => (
                 "response_body",
-                crate::observability::spans::collecting(calls, self.settle(body)).await,
+                crate::observability::spans::collecting(calls, self.settle(answer)).await,
             ),
         };
         self.note_refusal(&response);
@@ -201,14 +201,18 @@ impl StreamState {
             },
             Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
             Request::ResponseBody(b) => {
-                if self.must_settle(&b) {
-                    // A repair call or the grounding check: ask Envoy to wait for it.
-                    self.pending = Some(Pending::Settle(b));
-                    return Some(convert::extend_timeout(
-                        (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
-                    ));
-                }
-                let response = self.on_response_body(&b);
+                let response = match self.held(b) {
+                    Ok(answer) if self.must_wait(&answer) => {
+                        // A repair call, the answer guard or the grounding check: ask Envoy to
+                        // wait for it.
+                        self.pending = Some(Pending::Settle(answer));
+                        return Some(convert::extend_timeout(
+                            (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
+                        ));
+                    }
+                    Ok(answer) => self.settle(answer).await,
+                    Err(chunk) => self.on_response_body(&chunk),
+                };
                 self.note_refusal(&response);
                 ("response_body", response)
             }

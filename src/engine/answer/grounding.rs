@@ -229,21 +229,19 @@ pub struct Settled {
 }
 
 impl GroundingCheck {
-    /// Judges the answer in `body` (JSON, or events when `stream`), and builds the fallback that
+    /// Judges the answer, and builds the fallback (in the answer's form: JSON or events) that
     /// replaces it when it is not grounded and the rule fails closed.
     pub async fn settle(
         &self,
         encoder: Option<&EncoderHandle>,
-        body: &[u8],
-        stream: bool,
+        answer: &super::held::Held,
         provider_model: &str,
     ) -> Settled {
-        let text = crate::llm::sse::answer_text(body, stream);
-        let verdict = self.judge(encoder, &text).await;
+        let verdict = self.judge(encoder, answer.text()).await;
         let fallback = self.rule.fallback.as_deref().filter(|_| !verdict.grounded);
         let replacement = fallback.map(|text| {
             let completion = fallback_completion(text, provider_model);
-            crate::engine::Reply::completion(&completion, stream).body
+            crate::engine::Reply::completion(&completion, answer.stream()).body
         });
         Settled {
             grounded: Grounded {

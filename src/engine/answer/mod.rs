@@ -5,6 +5,7 @@
 pub(in crate::engine) mod answer_guard;
 pub mod contract;
 pub mod grounding;
+pub mod held;
 pub mod keep;
 pub mod obligations;
 pub mod pii_mask;

@@ -1,14 +1,17 @@
 //! What an answer owes before the client gets it. The request phase binds the obligations once
 //! (output contract, answer guard, grounding check, masked values to restore, where the cache
 //! keeps it, the client's protocol); they are settled in one order on an answer already in hand
-//! here ([`settle_in_hand`]) and on a forwarded request's answer in the response phase
-//! (`extproc::stream`, which holds the body when a model call may change it): the contract reads
+//! here ([`settle_in_hand`]) and on a forwarded request's held answer in the response phase
+//! (`extproc::stream`, which streams what it can and holds the rest), both through
+//! [`settle_held`] on one parse of the answer ([`Held`]): the contract reads
 //! what the model wrote (placeholders included), the answer guard and the grounding check read
 //! the answer that would be delivered, the masked values come back, the cache keeps the
 //! pipeline's own form (a client of any protocol can be served from it), and the answer is
 //! translated into the client's protocol last.
 
+use super::contract::ContractOutcome;
 use super::grounding::GroundingCheck;
+use super::held::Held;
 use super::pii_mask::Masker;
 use crate::config::{Contract, Snapshot};
 use crate::engine::answer::keep::{self, CacheTicket};
@@ -60,54 +63,87 @@ impl Obligations {
     }
 }
 
-/// Settles `obligations` on an answer already in hand (a recipe's, the cache's), in order:
-/// the answer guard may withhold it (the reply becomes the refusal), the grounding check flags
-/// or replaces it, masked values are restored, and a grounded answer is kept. A reply that is
-/// not a success owes nothing. The contract of an answer in hand was enforced where it was made.
+/// What settling a complete answer did, for the response phase's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// The answer guard ran: whether the answer passed it.
+    pub guard_passed: Option<bool>,
+    /// The grounding check ran: its outcome (`grounded`, `flagged`, …).
+    pub grounding: Option<&'static str>,
+}
+
+/// Settles the obligations every complete answer owes after its contract, in order, on the one
+/// parse of it: the answer guard may withhold it (`Err`: the client gets the refusal), the
+/// grounding check flags or replaces it, masked values are restored, and the answer is kept
+/// when it kept its contract and passed the grounding check. Each obligation is taken.
+pub async fn settle_held(
+    snapshot: &Snapshot,
+    state: &StateStore,
+    obligations: &mut Obligations,
+    answer: &mut Held,
+    trace: &mut Trace,
+) -> Result<Checked, RouteError> {
+    let mut checked = Checked::default();
+    if let Some(signal) = obligations.answer_guard.take() {
+        let passed =
+            super::answer_guard::matches(snapshot, signal, answer.text()).await == Ok(false);
+        checked.guard_passed = Some(passed);
+        if !passed {
+            obligations.keep = None;
+            trace
+                .plugins
+                .push(("jailbreak_guard", "withheld answer".to_owned()));
+            return Err(RouteError::AnswerWithheld {
+                signal: snapshot.signals[signal].name.clone(),
+            });
+        }
+    }
+    if let Some(check) = obligations.grounding.take() {
+        let model = trace.provider_model.clone().unwrap_or_default();
+        let settled = check
+            .settle(snapshot.encoder.as_deref(), answer, &model)
+            .await;
+        if let Some(body) = settled.replacement {
+            answer.replace(body);
+        }
+        checked.grounding = Some(settled.grounded.outcome());
+        trace.grounding = Some(settled.grounded);
+    }
+    if let Some(masker) = obligations.restore.take() {
+        answer.restore(&masker);
+    }
+    let broken = trace
+        .contract
+        .as_ref()
+        .is_some_and(|(_, outcome)| *outcome == ContractOutcome::Violated);
+    let ungrounded = trace.grounding.as_ref().is_some_and(|g| !g.passed());
+    if let (Some(ticket), false, false) = (obligations.keep.take(), broken, ungrounded) {
+        if let Some(kept) = keep::keepable(answer.body(), answer.stream()) {
+            keep::keep(state, &ticket, kept);
+        }
+    }
+    Ok(checked)
+}
+
+/// Settles `obligations` on an answer already in hand (a recipe's, the cache's) with
+/// [`settle_held`]; a withheld answer becomes the refusal. A reply that is not a success owes
+/// nothing. The contract of an answer in hand was enforced where it was made.
 pub async fn settle_in_hand(
     snapshot: &Snapshot,
     state: &StateStore,
-    obligations: Obligations,
+    mut obligations: Obligations,
     reply: &mut Reply,
     trace: &mut Trace,
 ) {
     if reply.code != "ok" {
         return;
     }
-    let stream = reply.streams();
-    if let Some(signal) = obligations.answer_guard {
-        let text = crate::llm::sse::answer_text(&reply.body, stream);
-        if super::answer_guard::matches(snapshot, signal, &text).await != Ok(false) {
-            let error = RouteError::AnswerWithheld {
-                signal: snapshot.signals[signal].name.clone(),
-            };
+    let mut answer = Held::new(std::mem::take(&mut reply.body), reply.streams());
+    match settle_held(snapshot, state, &mut obligations, &mut answer, trace).await {
+        Ok(_) => reply.body = answer.into_body(),
+        Err(error) => {
             trace.error = Some((error.code(), error.fault()));
-            trace
-                .plugins
-                .push(("jailbreak_guard", "withheld answer".to_owned()));
             *reply = error.reply();
-            return;
         }
-    }
-    if let Some(check) = obligations.grounding {
-        let model = trace.provider_model.clone().unwrap_or_default();
-        let encoder = snapshot.encoder.as_deref();
-        let settled = check.settle(encoder, &reply.body, stream, &model).await;
-        if let Some(body) = settled.replacement {
-            reply.body = body;
-        }
-        trace.grounding = Some(settled.grounded);
-    }
-    if let Some(masker) = obligations.restore {
-        reply.body = masker.restore_body(&reply.body);
-    }
-    // An answer the grounding check did not pass is not kept.
-    let grounded = trace
-        .grounding
-        .as_ref()
-        .is_none_or(super::grounding::Grounded::passed);
-    let answer = keep::keepable(&reply.body, stream).filter(|_| grounded);
-    if let (Some(ticket), Some(answer)) = (obligations.keep, answer) {
-        keep::keep(state, &ticket, answer);
     }
 }

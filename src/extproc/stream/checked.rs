@@ -1,17 +1,15 @@
-//! The response body of a forwarded request that mom-router must read, chunk by chunk: personal
-//! data masked in the request is restored (a JSON body whole, a stream event by event), the
-//! answer is checked against its output contract when no repair is asked for (a streamed one is
-//! only reported), and a complete answer is collected for the semantic cache. Held bodies that
-//! need model calls are settled in `settle`.
+//! The streamed response body of a forwarded request that mom-router must read, chunk by
+//! chunk: personal data masked in the request is restored event by event, the answer is checked
+//! against its output contract at its end (only reported: the client has it already), and a
+//! complete answer is collected for the semantic cache. Held bodies are settled whole in
+//! `settle`.
 
 use super::{StreamState, MAX_COLLECTED};
 use crate::engine::answer::contract::ContractOutcome;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
-use crate::llm::chat::reply_text;
 use crate::observability::metrics::ContractLabels;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
-use serde_json::Value;
 
 impl StreamState {
     /// The client gets `error` instead of the answer (a response-phase refusal): the trace
@@ -110,8 +108,8 @@ impl StreamState {
         }
     }
 
-    /// The reply to a response body chunk, and the bytes the client gets instead of the
-    /// upstream's when they differ.
+    /// The reply to a streamed response body chunk, and the bytes the client gets instead of
+    /// the upstream's when they differ. (A held body is settled whole: `settle`.)
     fn check_body(&mut self, message: &HttpBody) -> (ProcessingResponse, Option<Vec<u8>>) {
         let Some(forwarded) = &mut self.forwarded else {
             return (convert::continue_response_body(), None);
@@ -120,61 +118,42 @@ impl StreamState {
         if owed.contract.is_none() && owed.restore.is_none() {
             return (convert::continue_response_body(), None);
         }
-        let held = forwarded.body_mode == BodyMode::Buffered;
+        if forwarded.body_mode == BodyMode::Buffered {
+            // Envoy sends a buffered body whole; a partial one is passed on unread.
+            return (convert::continue_response_body(), None);
+        }
         let contracted = forwarded.obligations.contract.is_some();
-        if !held && forwarded.collected.len() < MAX_COLLECTED && contracted {
+        if forwarded.collected.len() < MAX_COLLECTED && contracted {
             forwarded.collected.extend_from_slice(&message.body);
         }
         // The bytes the client gets for this message, when they differ from the upstream's.
-        let replaced = match (&forwarded.obligations.restore, &mut forwarded.restorer) {
-            (Some(_), Some(restorer)) => {
-                let mut out = restorer.push(&message.body);
-                if message.end_of_stream {
-                    out.extend(restorer.finish());
-                }
-                Some(out)
+        let replaced = forwarded.restorer.as_mut().map(|restorer| {
+            let mut out = restorer.push(&message.body);
+            if message.end_of_stream {
+                out.extend(restorer.finish());
             }
-            (Some(masker), None) if held && message.end_of_stream => {
-                Some(masker.restore_body(&message.body))
-            }
-            _ => None,
-        };
+            out
+        });
         // What the cache keeps and the translation reads are the bytes the client would get.
         let owed = &forwarded.obligations;
         let copy = (owed.keep.is_some() || owed.translate.is_some())
             .then(|| replaced.clone())
             .flatten();
         let Some(contract) = &forwarded.obligations.contract else {
-            return (convert::checked_response_body(None, replaced, held), copy);
+            return (convert::checked_response_body(None, replaced, false), copy);
         };
         if !message.end_of_stream {
             return (convert::checked_response_body(None, replaced, false), copy);
         }
-        let text = if held {
-            let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
-            reply_text(&body).to_owned()
-        } else {
-            crate::llm::usage::streamed_text(&forwarded.collected)
-        };
-        // Kept, or broken with no repair asked for: streamed bytes are already with the client,
-        // a held answer can still be refused.
-        let checked = contract.shape.check(&text);
-        let outcome = ContractOutcome::of_check(&checked);
-        let name = contract.shape.name();
-        let refuse = held && contract.on_violation == crate::config::OnViolation::Fail;
-        forwarded.trace.contract = Some((name, outcome));
+        // The streamed bytes are already with the client: a broken contract is only reported.
+        let text = crate::llm::usage::streamed_text(&forwarded.collected);
+        let outcome = ContractOutcome::of_check(&contract.shape.check(&text));
+        forwarded.trace.contract = Some((contract.shape.name(), outcome));
         forwarded.obligations.contract = None;
         let trace = forwarded.trace.clone();
-        if let (Err(reason), true) = (checked, refuse) {
-            let error = RouteError::ContractViolated {
-                contract: name,
-                reason,
-            };
-            return (self.refuse(trace, &error), None);
-        }
         self.count_contract(&trace);
         (
-            convert::checked_response_body(Some(&trace), replaced, held),
+            convert::checked_response_body(Some(&trace), replaced, false),
             copy,
         )
     }

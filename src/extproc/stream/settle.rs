@@ -1,38 +1,38 @@
-//! A held (BUFFERED) response body that needs more than a synchronous look: an answer that
-//! breaks its output contract and can be repaired (a model call), or one the answer guard or the
-//! grounding check reads (model calls on the encoder). Envoy is asked for time first; then the
-//! body is settled in one place — contract, answer guard, grounding, masked values restored,
-//! the answer collected for the cache.
+//! A held (BUFFERED) response body, parsed once and settled in one place: its contract (a
+//! broken answer repaired through a model call when the contract asks for it), then what every
+//! complete answer owes — answer guard, grounding, masked values restored, the cache's copy —
+//! and its translation into the client's protocol. When settling may call models (a repair,
+//! the guard's or the grounding check's encoder passes) Envoy is asked for time first.
 
 use super::{StreamState, REPAIR_DEADLINE};
 use crate::engine::answer::contract::{enforce, ContractOutcome};
+use crate::engine::answer::held::Held;
+use crate::engine::answer::obligations::{settle_held, Checked};
 use crate::engine::RouteError;
 use crate::extproc::convert::{self, BodyMode};
-use crate::llm::chat::reply_text;
 use crate::observability::metrics::PluginLabels;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use serde_json::Value;
 
-/// What the contract step of a held body settled.
-enum Settled {
-    /// The body stays as it is.
-    Unchanged,
-    /// The repaired answer replaces it.
-    Replaced(Vec<u8>),
-    /// The client gets this instead (the contract says `fail`).
-    Refused(Box<ProcessingResponse>),
-}
-
 impl StreamState {
-    /// True for a complete buffered body mom-router must settle asynchronously: an answer that
-    /// breaks its contract (when a repair can be asked for), or one the grounding check reads.
-    pub(super) fn must_settle(&self, message: &HttpBody) -> bool {
+    /// The complete answer of a held (BUFFERED) body, observed (timing, usage) and parsed once;
+    /// a streamed chunk comes back as it is.
+    pub(super) fn held(&mut self, message: HttpBody) -> Result<Held, HttpBody> {
+        let stream = match &self.forwarded {
+            Some(f) if f.body_mode == BodyMode::Buffered && message.end_of_stream => f.stream,
+            _ => return Err(message),
+        };
+        self.observe_body(&message);
+        Ok(Held::new(message.body, stream))
+    }
+
+    /// True when settling `answer` may call models — the answer guard, the grounding check, or
+    /// a contract repair (the answer breaks a contract that asks for one): Envoy is asked for
+    /// time first.
+    pub(super) fn must_wait(&self, answer: &Held) -> bool {
         let Some(forwarded) = &self.forwarded else {
             return false;
         };
-        if forwarded.body_mode != BodyMode::Buffered || !message.end_of_stream {
-            return false;
-        }
         if forwarded.obligations.calls_models() {
             return true;
         }
@@ -43,43 +43,38 @@ impl StreamState {
             return false;
         }
         // Placeholders stand in for masked values: the check reads what the model wrote.
-        let body: Value = serde_json::from_slice(&message.body).unwrap_or_default();
-        contract.shape.check(reply_text(&body)).is_err()
+        contract.shape.check(answer.text()).is_err()
     }
 
-    /// Settles a held body: the contract checked (a broken JSON answer repaired once through the
-    /// same model, with the masked conversation, or refused when the contract says `fail`), the
-    /// grounding check (an unsupported answer flagged or replaced by the fallback), masked values
-    /// restored last, and the answer collected for the cache.
-    pub(super) async fn settle(&mut self, message: HttpBody) -> ProcessingResponse {
-        self.observe_body(&message);
-        let mut body = message.body;
-        let mut replaced = false;
-        match self.settle_contract(&body).await {
-            Settled::Unchanged => {}
-            Settled::Replaced(repaired) => {
-                body = repaired;
-                replaced = true;
-            }
-            Settled::Refused(response) => return *response,
-        }
-        if let Some(refused) = self.settle_answer_guard(&body).await {
+    /// Settles a held answer: the contract checked (a broken JSON answer repaired once through
+    /// the same model, with the masked conversation, or refused when the contract says `fail`),
+    /// then what every complete answer owes ([`settle_held`]: answer guard, grounding, masked
+    /// values restored, the cache's copy), and the answer translated into the client's protocol.
+    pub(super) async fn settle(&mut self, mut answer: Held) -> ProcessingResponse {
+        if let Some(refused) = self.settle_contract(&mut answer).await {
             return refused;
-        }
-        if let Some(fallback) = self.settle_grounding(&body).await {
-            body = fallback;
-            replaced = true;
         }
         let Some(forwarded) = &mut self.forwarded else {
             return convert::continue_response_body();
         };
-        if let Some(masker) = &forwarded.obligations.restore {
-            body = masker.restore_body(&body);
-            replaced = true;
-        }
+        let (snapshot, state) = (&self.snapshot, &self.services.state);
+        let owed = &mut forwarded.obligations;
+        let settled = settle_held(snapshot, state, owed, &mut answer, &mut forwarded.trace).await;
         let trace = forwarded.trace.clone();
+        let checked = match settled {
+            Ok(checked) => checked,
+            Err(error) => {
+                self.count_checks(Checked {
+                    guard_passed: Some(false),
+                    grounding: None,
+                });
+                return self.refuse(trace, &error);
+            }
+        };
+        self.count_checks(checked);
         self.count_contract(&trace);
-        self.collect_answer(true, &body);
+        let mut replaced = answer.changed();
+        let mut body = answer.into_body();
         if let Some(translated) = self.translate(&body, true) {
             body = translated;
             replaced = true;
@@ -87,20 +82,30 @@ impl StreamState {
         convert::checked_response_body(Some(&trace), replaced.then_some(body), true)
     }
 
-    async fn settle_contract(&mut self, body: &[u8]) -> Settled {
-        let Some(forwarded) = &mut self.forwarded else {
-            return Settled::Unchanged;
-        };
-        let Some(contract) = forwarded.obligations.contract.take() else {
-            return Settled::Unchanged;
-        };
+    /// Counts what the answer guard and the grounding check found.
+    fn count_checks(&self, checked: Checked) {
+        let guard = checked.guard_passed.map(|passed| {
+            (
+                "jailbreak_guard",
+                if passed { "passed" } else { "withheld" },
+            )
+        });
+        let grounding = checked.grounding.map(|outcome| ("grounding", outcome));
+        for (plugin, outcome) in guard.into_iter().chain(grounding) {
+            self.metrics
+                .plugin_actions
+                .get_or_create(&PluginLabels { plugin, outcome })
+                .inc();
+        }
+    }
+
+    /// Checks the answer against its contract, repairing it when it may (the repaired answer
+    /// replaces it); the refusal when it breaks a contract that says `fail`.
+    async fn settle_contract(&mut self, answer: &mut Held) -> Option<ProcessingResponse> {
+        let forwarded = self.forwarded.as_mut()?;
+        let contract = forwarded.obligations.contract.take()?;
         let request = std::mem::take(&mut forwarded.repair_request);
-        let parsed: Value = serde_json::from_slice(body).unwrap_or_default();
-        let text = if forwarded.stream {
-            crate::llm::usage::streamed_text(body)
-        } else {
-            reply_text(&parsed).to_owned()
-        };
+        let text = answer.text();
         let name = contract.shape.name();
         let model = self
             .snapshot
@@ -109,14 +114,26 @@ impl StreamState {
         let (client, model) = match (&self.services.client, model) {
             (Some(client), Some(model)) if !forwarded.stream && contract.repair => (client, model),
             _ => {
-                let outcome = ContractOutcome::of_check(&contract.shape.check(&text));
-                forwarded.trace.contract = Some((name, outcome));
-                return Settled::Unchanged;
+                // Kept, or broken with no repair: a held answer can still be refused.
+                let checked = contract.shape.check(text);
+                forwarded.trace.contract = Some((name, ContractOutcome::of_check(&checked)));
+                let fail = contract.on_violation == crate::config::OnViolation::Fail;
+                return match checked {
+                    Err(reason) if fail => {
+                        let error = RouteError::ContractViolated {
+                            contract: name,
+                            reason,
+                        };
+                        let trace = forwarded.trace.clone();
+                        Some(self.refuse(trace, &error))
+                    }
+                    _ => None,
+                };
             }
         };
-        if contract.shape.check(&text).is_ok() {
+        if contract.shape.check(text).is_ok() {
             forwarded.trace.contract = Some((name, ContractOutcome::Kept));
-            return Settled::Unchanged;
+            return None;
         }
         let request: Value = serde_json::from_slice(&request).unwrap_or_default();
         let messages = request["messages"].as_array().cloned().unwrap_or_default();
@@ -126,7 +143,7 @@ impl StreamState {
             &contract.shape,
             model,
             &messages,
-            parsed,
+            answer.json().cloned().unwrap_or_default(),
             max_tokens,
             REPAIR_DEADLINE,
         )
@@ -145,7 +162,8 @@ impl StreamState {
                         usage[field] = serde_json::json!(before + added);
                     }
                 }
-                Settled::Replaced(enforced.body.to_string().into_bytes())
+                answer.replace(enforced.body.to_string().into_bytes());
+                None
             }
             (_, Some(reason), crate::config::OnViolation::Fail) => {
                 let error = RouteError::ContractViolated {
@@ -153,57 +171,9 @@ impl StreamState {
                     reason,
                 };
                 let trace = forwarded.trace.clone();
-                Settled::Refused(Box::new(self.refuse(trace, &error)))
+                Some(self.refuse(trace, &error))
             }
-            _ => Settled::Unchanged,
+            _ => None,
         }
-    }
-
-    /// Runs the response-side jailbreak check on a held answer: a match, or a signal that could
-    /// not answer, withholds it (403).
-    async fn settle_answer_guard(&mut self, body: &[u8]) -> Option<ProcessingResponse> {
-        let forwarded = self.forwarded.as_mut()?;
-        let signal = forwarded.obligations.answer_guard.take()?;
-        let text = crate::llm::sse::answer_text(body, forwarded.stream);
-        let matched = crate::engine::answer_matches(&self.snapshot, signal, &text).await;
-        let passed = matched == Ok(false);
-        let outcome = if passed { "passed" } else { "withheld" };
-        self.metrics
-            .plugin_actions
-            .get_or_create(&PluginLabels {
-                plugin: "jailbreak_guard",
-                outcome,
-            })
-            .inc();
-        if passed {
-            return None;
-        }
-        let error = RouteError::AnswerWithheld {
-            signal: self.snapshot.signals[signal].name.clone(),
-        };
-        let mut trace = self.forwarded.as_ref()?.trace.clone();
-        trace
-            .plugins
-            .push(("jailbreak_guard", "withheld answer".to_owned()));
-        Some(self.refuse(trace, &error))
-    }
-
-    /// Runs the grounding check on a held answer; returns the fallback answer that replaces an
-    /// unsupported one when the rule fails closed.
-    async fn settle_grounding(&mut self, body: &[u8]) -> Option<Vec<u8>> {
-        let forwarded = self.forwarded.as_mut()?;
-        let check = forwarded.obligations.grounding.take()?;
-        let model = forwarded.trace.provider_model.clone().unwrap_or_default();
-        let encoder = self.snapshot.encoder.as_deref();
-        let settled = check.settle(encoder, body, forwarded.stream, &model).await;
-        self.metrics
-            .plugin_actions
-            .get_or_create(&PluginLabels {
-                plugin: "grounding",
-                outcome: settled.grounded.outcome(),
-            })
-            .inc();
-        forwarded.trace.grounding = Some(settled.grounded);
-        settled.replacement
     }
 }
