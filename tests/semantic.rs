@@ -259,9 +259,10 @@ async fn tool_selection_keeps_the_closest_tools_and_every_tool_already_called() 
     assert!(kept.contains(&"get_weather"), "{kept:?}");
     assert!(kept.contains(&"send_email"), "{kept:?}");
     assert!((2..=3).contains(&kept.len()), "{kept:?}");
-    let (plugin, action) = &routed.trace.plugins[0];
-    assert_eq!(*plugin, "tool_selection");
-    assert_eq!(action, &format!("kept {} of 6 tools", kept.len()));
+    let action = &routed.trace.plugins[0];
+    assert_eq!(action.plugin, "tool_selection");
+    assert_eq!(action.outcome, mom_router::engine::PluginOutcome::Applied);
+    assert_eq!(action.label(), format!("kept {} of 6 tools", kept.len()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -434,7 +434,7 @@ pub fn explain_json(routed: &Routed) -> Value {
             })).collect::<Vec<_>>(),
             "prompt_tokens": l.usage.0, "completion_tokens": l.usage.1, "cost": l.cost,
         })),
-        "plugins": trace.plugins.iter().map(|(p, a)| json!({"plugin": p, "action": a})).collect::<Vec<_>>(),
+        "plugins": trace.plugins.iter().map(|a| json!({"plugin": a.plugin, "action": a.label()})).collect::<Vec<_>>(),
         "model": trace.model,
         "provider_model": trace.provider_model,
         "action": action,

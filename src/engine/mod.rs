@@ -25,7 +25,7 @@ pub use request::neural::neural_inputs;
 pub use request::plugins::HeaderEdits;
 pub use request::select::DEFAULT_COMPLETION_TOKENS;
 pub use request::session::SessionTrace;
-pub use trace::Trace;
+pub use trace::{PluginAction, PluginOutcome, Trace};
 
 use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
@@ -75,6 +75,11 @@ impl Reply {
             ],
             code: "ok",
         }
+    }
+
+    /// True for an answer (not a refusal): the code a success carries.
+    pub fn succeeded(&self) -> bool {
+        self.code == "ok"
     }
 
     /// True when the body is server-sent events.

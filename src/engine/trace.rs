@@ -33,7 +33,7 @@ pub struct Trace {
     /// The output contract's kind and outcome, once the answer was checked.
     pub contract: Option<(&'static str, super::answer::contract::ContractOutcome)>,
     /// Plugins run, with what each did.
-    pub plugins: Vec<(&'static str, String)>,
+    pub plugins: Vec<PluginAction>,
     /// The grounding check's outcome on the answer (`grounded 3/3 min=0.71`, …).
     pub grounding: Option<super::answer::grounding::Grounded>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
@@ -48,6 +48,83 @@ pub struct Trace {
     pub error: Option<(&'static str, Fault)>,
     /// How a request in another protocol than Chat Completions reached its model.
     pub translation: Option<crate::protocol::Translation>,
+}
+
+/// What a plugin did, as its metric counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginOutcome {
+    /// It looked and let the request through.
+    Passed,
+    /// It refused the request.
+    Blocked,
+    /// It sent the request to its designated model.
+    Rerouted,
+    /// It replaced personal data with placeholders.
+    Masked,
+    /// The cache answered.
+    Hit,
+    /// The cache did not answer.
+    Miss,
+    /// The cache was skipped.
+    Bypassed,
+    /// The answer was kept from the client.
+    Withheld,
+    /// It rewrote the request (a system prompt, parameters, headers, the tools).
+    Applied,
+}
+
+impl PluginOutcome {
+    /// The outcome as headers, records and metrics name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Blocked => "blocked",
+            Self::Rerouted => "rerouted",
+            Self::Masked => "masked",
+            Self::Hit => "hit",
+            Self::Miss => "miss",
+            Self::Bypassed => "bypassed",
+            Self::Withheld => "withheld",
+            Self::Applied => "applied",
+        }
+    }
+}
+
+/// One plugin's action: its outcome and what it says about it (`to qwen`, `EMAIL x2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginAction {
+    /// The plugin (`jailbreak_guard`, `semantic_cache`, …).
+    pub plugin: &'static str,
+    /// What it did.
+    pub outcome: PluginOutcome,
+    /// The particulars, possibly empty.
+    pub detail: String,
+}
+
+impl PluginAction {
+    /// `plugin` did `outcome`, with `detail`.
+    pub fn new(plugin: &'static str, outcome: PluginOutcome, detail: impl Into<String>) -> Self {
+        Self {
+            plugin,
+            outcome,
+            detail: detail.into(),
+        }
+    }
+
+    /// `plugin` did `outcome`, nothing more to say.
+    pub fn plain(plugin: &'static str, outcome: PluginOutcome) -> Self {
+        Self::new(plugin, outcome, String::new())
+    }
+
+    /// The action in words (`passed`, `rerouted to qwen`, `hit exact`); a rewrite says what it
+    /// changed (`inserted`, `max_tokens<=512`).
+    pub fn label(&self) -> String {
+        match (self.outcome, self.detail.is_empty()) {
+            (PluginOutcome::Applied, _) => self.detail.clone(),
+            (outcome, true) => outcome.name().to_owned(),
+            (outcome, false) => format!("{} {}", outcome.name(), self.detail),
+        }
+    }
 }
 
 impl Trace {
@@ -172,7 +249,7 @@ impl Trace {
         let pairs: Vec<String> = self
             .plugins
             .iter()
-            .map(|(plugin, action)| format!("{plugin}:{action}"))
+            .map(|action| format!("{}:{}", action.plugin, action.label()))
             .collect();
         pairs.join(",")
     }

@@ -273,17 +273,12 @@ impl StreamState {
 
     fn finish(&mut self, routed: Routed) -> ProcessingResponse {
         let Routed { action, mut trace } = routed;
-        for (plugin, action) in &trace.plugins {
-            let outcome = [
-                "passed", "blocked", "rerouted", "hit", "miss", "bypassed", "withheld",
-            ]
-            .into_iter()
-            .find(|o| action.starts_with(o))
-            .unwrap_or("applied");
-            self.metrics
-                .plugin_actions
-                .get_or_create(&PluginLabels { plugin, outcome })
-                .inc();
+        for action in &trace.plugins {
+            let labels = PluginLabels {
+                plugin: action.plugin,
+                outcome: action.outcome.name(),
+            };
+            self.metrics.plugin_actions.get_or_create(&labels).inc();
         }
         for result in trace.signals.iter().filter(|r| r.error.is_some()) {
             self.metrics
@@ -370,7 +365,7 @@ impl StreamState {
                     // A chat answer mom-router gives itself (a cache hit, a looper's answer) can
                     // receive outcomes like a forwarded one; a refusal's id finds its record.
                     let run_id = new_run_id();
-                    if let (Some(model), "ok") = (&trace.model, reply.code) {
+                    if let (Some(model), true) = (&trace.model, reply.succeeded()) {
                         let run = Run {
                             identity: trace.identity.clone().unwrap_or_default(),
                             decision: trace.decision_label().to_owned(),

@@ -191,9 +191,9 @@ pub fn from_trace(
         plugins: trace
             .plugins
             .iter()
-            .map(|(plugin, action)| pb::PluginAction {
-                plugin: (*plugin).to_owned(),
-                action: action.clone(),
+            .map(|action| pb::PluginAction {
+                plugin: action.plugin.to_owned(),
+                action: action.label(),
             })
             .collect(),
         looper,

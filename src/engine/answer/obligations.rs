@@ -17,7 +17,7 @@ use crate::config::{Contract, Snapshot};
 use crate::engine::answer::keep::{self, CacheTicket};
 use crate::engine::Reply;
 use crate::engine::RouteError;
-use crate::engine::Trace;
+use crate::engine::{PluginAction, PluginOutcome, Trace};
 use crate::protocol::Protocol;
 use crate::state::StateStore;
 use std::sync::Arc;
@@ -90,9 +90,8 @@ pub async fn settle_held(
         checked.guard_passed = Some(passed);
         if !passed {
             obligations.keep = None;
-            trace
-                .plugins
-                .push(("jailbreak_guard", "withheld answer".to_owned()));
+            let action = PluginAction::new("jailbreak_guard", PluginOutcome::Withheld, "answer");
+            trace.plugins.push(action);
             return Err(RouteError::AnswerWithheld {
                 signal: snapshot.signals[signal].name.clone(),
             });
@@ -135,7 +134,7 @@ pub async fn settle_in_hand(
     reply: &mut Reply,
     trace: &mut Trace,
 ) {
-    if reply.code != "ok" {
+    if !reply.succeeded() {
         return;
     }
     let mut answer = Held::new(std::mem::take(&mut reply.body), reply.streams());

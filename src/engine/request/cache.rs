@@ -11,8 +11,9 @@
 
 use crate::config::CacheRule;
 use crate::engine::answer::keep::CacheTicket;
-use crate::engine::Reply;
+use crate::engine::PluginOutcome::{Bypassed, Hit, Miss};
 use crate::engine::Trace;
+use crate::engine::{PluginAction, Reply};
 use crate::llm::{ChatRequest, Headers};
 use crate::state::{CacheKey, Flight, Found, StateStore};
 use serde_json::Value;
@@ -29,9 +30,9 @@ pub const HIT_HEADER: &str = "x-mom-cache-hit";
 /// What the lookup settled.
 pub(in crate::engine) enum Consulted {
     /// Answered from the cache.
-    Hit(Reply, String),
+    Hit(Reply, PluginAction),
     /// Go upstream; keep the answer when there is a ticket.
-    Miss(Option<Arc<CacheTicket>>, String),
+    Miss(Option<Arc<CacheTicket>>, PluginAction),
 }
 
 /// The request's partition and exact keys, computed before any plugin rewrites it.
@@ -126,12 +127,13 @@ pub(in crate::engine) async fn consult(
             }
         }
     }
-    let action = match (no_cache, no_store) {
-        (true, true) => "bypassed no-cache,no-store".to_owned(),
-        (true, false) => "bypassed no-cache".to_owned(),
-        (false, true) => format!("miss{waited} (no-store)"),
-        (false, false) => format!("miss{waited}"),
+    let (outcome, detail) = match (no_cache, no_store) {
+        (true, true) => (Bypassed, "no-cache,no-store".to_owned()),
+        (true, false) => (Bypassed, "no-cache".to_owned()),
+        (false, true) => (Miss, format!("{waited} (no-store)").trim_start().to_owned()),
+        (false, false) => (Miss, waited.trim_start().to_owned()),
     };
+    let action = PluginAction::new(PLUGIN, outcome, detail);
     if no_store {
         return Consulted::Miss(None, action);
     }
@@ -157,9 +159,10 @@ fn hit(found: Option<Found>, stream: bool, note: &str) -> Option<Consulted> {
     reply
         .headers
         .push((HIT_HEADER.to_owned(), "true".to_owned()));
-    let action = match found {
-        Found::Exact(_) => format!("hit exact{note}"),
-        Found::Similar(_, similarity) => format!("hit similar {similarity:.3}{note}"),
+    let detail = match found {
+        Found::Exact(_) => format!("exact{note}"),
+        Found::Similar(_, similarity) => format!("similar {similarity:.3}{note}"),
     };
+    let action = PluginAction::new(PLUGIN, Hit, detail);
     Some(Consulted::Hit(reply, action))
 }

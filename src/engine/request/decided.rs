@@ -20,6 +20,7 @@ use crate::engine::LooperTrace;
 use crate::engine::Routed;
 use crate::engine::Services;
 use crate::engine::Trace;
+use crate::engine::{PluginAction, PluginOutcome};
 use crate::llm::{ChatRequest, Headers};
 use crate::state::StateStore;
 use std::sync::Arc;
@@ -80,7 +81,8 @@ pub(in crate::engine) async fn carry_out(
     if let Some(top_k) = applied.tool_top_k {
         let query = query.as_deref().map(Vec::as_slice);
         let action = tools::select(snapshot, &mut request, query, top_k).await;
-        trace.plugins.push(("tool_selection", action));
+        let action = PluginAction::new("tool_selection", PluginOutcome::Applied, action);
+        trace.plugins.push(action);
     }
     // The context an answer must be grounded in, as the models see it.
     let grounding = deferred
@@ -99,8 +101,9 @@ pub(in crate::engine) async fn carry_out(
         // up nor kept (the kept answer would hold the restored values).
         let masked = applied.masker.is_some();
         if let (Some(_), true) = (deferred.cache, masked) {
-            let action = "bypassed personal data".to_owned();
-            trace.plugins.push((cache::PLUGIN, action));
+            let detail = "personal data";
+            let action = PluginAction::new(cache::PLUGIN, PluginOutcome::Bypassed, detail);
+            trace.plugins.push(action);
         }
         if let (Some(rule), Some(key), false) = (deferred.cache, cache_key, masked) {
             let query = query.clone();
@@ -112,7 +115,7 @@ pub(in crate::engine) async fn carry_out(
                     (None, action)
                 }
             };
-            trace.plugins.push((cache::PLUGIN, action));
+            trace.plugins.push(action);
             if let Some(reply) = found {
                 trace.model = Some(model.name.clone());
                 trace.provider_model = Some(model.provider_model.clone());

@@ -5,8 +5,9 @@
 
 use crate::config::{CacheRule, Contract, GroundingRule, Plugin, Snapshot};
 use crate::engine::answer::pii_mask::Masker;
+use crate::engine::PluginOutcome::{Blocked, Masked, Passed, Rerouted};
 use crate::engine::RouteError;
-use crate::engine::Trace;
+use crate::engine::{PluginAction, PluginOutcome, Trace};
 use crate::llm::ChatRequest;
 use crate::signals::pii_patterns::PiiKind;
 use serde_json::{json, Value};
@@ -100,16 +101,19 @@ pub(in crate::engine) fn apply<'p>(
                 let name = &snapshot.signals[*signal].name;
                 let matched = trace.signals.iter().any(|r| &r.name == name && r.matched);
                 match (matched, to) {
-                    (false, _) => "passed".to_owned(),
+                    (false, _) => PluginAction::plain(plugin.name(), Passed),
                     (true, None) => {
-                        trace.plugins.push((plugin.name(), "blocked".to_owned()));
+                        trace
+                            .plugins
+                            .push(PluginAction::plain(plugin.name(), Blocked));
                         return Err(RouteError::JailbreakBlocked {
                             signal: name.clone(),
                         });
                     }
                     (true, Some(model)) => {
                         reroute = Some(*model);
-                        format!("rerouted to {}", snapshot.models[*model].name)
+                        let to = format!("to {}", snapshot.models[*model].name);
+                        PluginAction::new(plugin.name(), Rerouted, to)
                     }
                 }
             }
@@ -130,10 +134,12 @@ pub(in crate::engine) fn apply<'p>(
                     .map(str::to_owned)
                     .collect();
                 if !found.is_empty() {
-                    trace.plugins.push((plugin.name(), "blocked".to_owned()));
+                    trace
+                        .plugins
+                        .push(PluginAction::plain(plugin.name(), Blocked));
                     return Err(RouteError::PiiBlocked { types: found });
                 }
-                "passed".to_owned()
+                PluginAction::plain(plugin.name(), Passed)
             }
             Plugin::PiiMask {
                 signal,
@@ -148,13 +154,13 @@ pub(in crate::engine) fn apply<'p>(
                         && (deny.is_empty() || deny.iter().any(|d| d == kind))
                 };
                 if !matched || masker.is_some() {
-                    "passed".to_owned()
+                    PluginAction::plain(plugin.name(), Passed)
                 } else {
                     let masked = Masker::mask(request.object_mut(), masks);
                     if masked.is_empty() {
-                        "passed".to_owned()
+                        PluginAction::plain(plugin.name(), Passed)
                     } else {
-                        let action = format!("masked {}", masked.label());
+                        let action = PluginAction::new(plugin.name(), Masked, masked.label());
                         masker = Some(Arc::new(masked));
                         action
                     }
@@ -168,20 +174,25 @@ pub(in crate::engine) fn apply<'p>(
             | Plugin::ResponseValidation(_) => continue,
             Plugin::SystemPrompt { prompt, replace } => {
                 system_prompt(request, prompt, *replace);
-                if *replace { "replaced" } else { "inserted" }.to_owned()
+                let said = if *replace { "replaced" } else { "inserted" };
+                PluginAction::new(plugin.name(), PluginOutcome::Applied, said)
             }
             Plugin::RequestParams {
                 max_tokens,
                 max_n,
                 strip,
-            } => request_params(request, *max_tokens, *max_n, strip),
+            } => {
+                let changed = request_params(request, *max_tokens, *max_n, strip);
+                PluginAction::new(plugin.name(), PluginOutcome::Applied, changed)
+            }
             Plugin::HeaderMutation { set, remove } => {
                 edits.set.extend(set.iter().cloned());
                 edits.remove.extend(remove.iter().cloned());
-                format!("{} set {} removed", set.len(), remove.len())
+                let said = format!("{} set {} removed", set.len(), remove.len());
+                PluginAction::new(plugin.name(), PluginOutcome::Applied, said)
             }
         };
-        trace.plugins.push((plugin.name(), action));
+        trace.plugins.push(action);
     }
     Ok(Applied {
         reroute,
