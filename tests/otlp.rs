@@ -310,3 +310,33 @@ async fn spans_go_over_http_too_and_a_missing_collector_only_counts_them() {
         "spans for a missing collector are counted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_export_the_clients_trace_context_reaches_every_call_unchanged() {
+    let unexported = policy("http://127.0.0.1:4317", "grpc")
+        .lines()
+        .filter(|line| !line.contains("observability") && !line.contains("otlp:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!unexported.contains("observability"));
+    let stack = Stack::start_with_config(&unexported).await;
+    stack.backends["smollm2-135m"].set_logprob(-2.0);
+    stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
+    let sent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+    let body = json!({"model": "mom/auto", "max_tokens": 300,
+                      "messages": [{"role": "user", "content": "prove the theorem"}]});
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", "relay"))
+        .header("content-type", "application/json")
+        .header("traceparent", &sent)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-looper-calls"), "2");
+    for model in ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"] {
+        assert_eq!(traceparents(&stack, model), vec![sent.clone()], "{model}");
+    }
+}

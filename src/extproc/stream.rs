@@ -1,6 +1,7 @@
 //! One ext_proc stream (one HTTP request) as a state struct with one function per phase.
 
 mod checked;
+mod observed;
 mod settle;
 mod traced;
 
@@ -13,7 +14,7 @@ use crate::observability::metrics::{
     PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
 };
 use crate::observability::Metrics;
-use crate::state::{now_ms, Observation, Run, Timing};
+use crate::state::{now_ms, Run};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpBody, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
@@ -54,6 +55,8 @@ pub struct StreamState {
     spans: Option<crate::observability::otlp::SpanSink>,
     /// The stream's spans, once its request headers came (when spans are exported).
     traced: Option<traced::Traced>,
+    /// The client's trace context, passed on to sub-requests when spans are not exported.
+    relay: Option<Arc<crate::observability::spans::Calls>>,
 }
 
 impl Drop for StreamState {
@@ -136,6 +139,7 @@ impl StreamState {
             records: None,
             spans: None,
             traced: None,
+            relay: None,
         }
     }
 
@@ -156,9 +160,13 @@ impl StreamState {
         self.records.is_some() || self.spans.is_some()
     }
 
-    /// The collector of this request's call spans, when spans are exported.
+    /// The collector of this request's call spans (when spans are exported), or the relay of
+    /// the client's trace context.
     fn calls(&self) -> Option<Arc<crate::observability::spans::Calls>> {
-        self.traced.as_ref().map(traced::Traced::calls)
+        match &self.traced {
+            Some(traced) => Some(traced.calls()),
+            None => self.relay.clone(),
+        }
     }
 
     /// Handles a body held back by [`StreamState::handle`]; `None` when nothing is held.
@@ -241,6 +249,8 @@ impl StreamState {
             let sessions = self.snapshot.sessions.as_ref();
             let named = sessions.map_or(&[][..], |s| s.headers.as_slice());
             self.traced = Some(traced::Traced::new(sink.clone(), &self.headers, named));
+        } else if let Some(traceparent) = self.headers.get("traceparent") {
+            self.relay = Some(crate::observability::spans::Calls::relaying(traceparent));
         }
         match engine::on_request_headers(&self.snapshot, &self.headers, message.end_of_stream) {
             Some(routed) => self.finish(routed),
@@ -500,89 +510,5 @@ impl StreamState {
             convert::remove_response_header(&mut reply, "content-length");
         }
         reply
-    }
-
-    /// Times the first chunk and feeds the usage scanner; records the response when it ends.
-    pub(super) fn observe_body(&mut self, message: &HttpBody) {
-        let mut finished = None;
-        if let Some(forwarded) = &mut self.forwarded {
-            if forwarded.first_chunk.is_none() {
-                forwarded.first_chunk = Some(Instant::now());
-                self.metrics
-                    .first_chunk_seconds
-                    .observe(forwarded.at.elapsed().as_secs_f64());
-            }
-            if let Some(scanner) = &mut forwarded.scanner {
-                scanner.push(&message.body);
-            }
-            if message.end_of_stream {
-                if let Some(scanner) = forwarded.scanner.take() {
-                    finished = Some((forwarded.at, scanner.finish()));
-                }
-            }
-        }
-        if let Some((at, (usage, finish_reason))) = finished {
-            if let Some(traced) = &mut self.traced {
-                traced.answered(finish_reason);
-            }
-            self.record(at, usage);
-        }
-    }
-
-    /// A response-phase refusal (a contract that fails, a withheld answer) is what the client
-    /// got: the run record says so.
-    fn note_refusal(&mut self, response: &ProcessingResponse) {
-        use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-        let (Some(record), Some(Response::ImmediateResponse(reply))) =
-            (&mut self.record, &response.response)
-        else {
-            return;
-        };
-        record.status = reply.status.as_ref().map_or(0, |s| s.code as u32);
-        record.error = reply
-            .details
-            .strip_prefix("mom_router_")
-            .unwrap_or(&reply.details)
-            .to_owned();
-        record.response_path = "immediate".to_owned();
-    }
-
-    /// Adds the finished response's timings and usage to the model's statistics.
-    fn record(&mut self, forwarded_at: Instant, usage: crate::llm::Usage) {
-        let Some(forwarded) = &self.forwarded else {
-            return;
-        };
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-        let total_ms = ms(forwarded_at.elapsed());
-        let ttft_ms = forwarded
-            .first_chunk
-            .map_or(total_ms, |first| ms(first.duration_since(forwarded_at)));
-        let identity = forwarded.trace.identity.as_deref().unwrap_or_default();
-        let tokens = [usage.prompt_tokens, usage.completion_tokens];
-        self.metrics
-            .observe_call(identity, &forwarded.model, total_ms / 1000.0, tokens);
-        if let Some(record) = &mut self.record {
-            record.ttft_ms = ttft_ms;
-            record.total_ms = total_ms;
-            record.energy_joules += self
-                .snapshot
-                .model(&forwarded.model)
-                .map_or(0.0, |model| model.energy_joules(total_ms));
-            record.prompt_tokens = usage.prompt_tokens;
-            record.completion_tokens = usage.completion_tokens;
-        }
-        self.services.state.observe(
-            &forwarded.model,
-            Observation {
-                timing: Timing {
-                    at_ms: now_ms(),
-                    ttft_ms,
-                    total_ms,
-                },
-                prompt_tokens: usage.prompt_tokens,
-                completion_tokens: usage.completion_tokens,
-                estimated_prompt_tokens: forwarded.estimated_prompt_tokens,
-            },
-        );
     }
 }

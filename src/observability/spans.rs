@@ -175,6 +175,9 @@ pub struct Calls {
     context: TraceContext,
     spans: Mutex<Vec<Span>>,
     dropped: std::sync::atomic::AtomicUsize,
+    /// When spans are not exported: the client's `traceparent`, passed on to every call as it
+    /// came (no span of ours would ever reach a collector to be a parent).
+    relay: Option<String>,
 }
 
 tokio::task_local! {
@@ -188,6 +191,18 @@ impl Calls {
             context,
             spans: Mutex::new(Vec::new()),
             dropped: std::sync::atomic::AtomicUsize::new(0),
+            relay: None,
+        })
+    }
+
+    /// A request whose spans are not exported but whose client sent `traceparent`: its calls
+    /// carry that header unchanged, and keep no span.
+    pub fn relaying(traceparent: &str) -> Arc<Self> {
+        Arc::new(Self {
+            context: TraceContext::from_traceparent(Some(traceparent)),
+            spans: Mutex::new(Vec::new()),
+            dropped: std::sync::atomic::AtomicUsize::new(0),
+            relay: Some(traceparent.trim().to_owned()),
         })
     }
 
@@ -197,6 +212,9 @@ impl Calls {
     }
 
     fn push(&self, span: Span) {
+        if self.relay.is_some() {
+            return;
+        }
         let mut spans = self
             .spans
             .lock()
@@ -255,7 +273,10 @@ pub fn start_call() -> Option<CallSpan> {
 impl CallSpan {
     /// The `traceparent` the call carries: this span as the callee's parent.
     pub fn traceparent(&self) -> String {
-        self.calls.context.traceparent(self.span_id)
+        match &self.calls.relay {
+            Some(traceparent) => traceparent.clone(),
+            None => self.calls.context.traceparent(self.span_id),
+        }
     }
 
     /// Ends the span as a child of the request's.
