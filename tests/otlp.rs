@@ -143,9 +143,9 @@ fn traceparents(stack: &Stack, model: &str) -> Vec<String> {
         .collect()
 }
 
-/// Sends one escalating cascade request carrying the client's trace context and waits for its
-/// spans at the collector.
-async fn traced_cascade(stack: &Stack, received: &Received, stream: bool) -> Vec<Span> {
+/// Sends a request the cascade escalates through both tentative models to the last one, with
+/// the client's trace context and a session.
+async fn escalate(stack: &Stack, stream: bool) -> reqwest::Response {
     stack.backends["smollm2-135m"].set_logprob(-2.0);
     stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
     let body = json!({"model": "mom/auto", "stream": stream, "max_tokens": 300,
@@ -163,6 +163,12 @@ async fn traced_cascade(stack: &Stack, received: &Received, stream: bool) -> Vec
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-mom-looper-calls"), "2");
+    response
+}
+
+/// Sends one escalating cascade request and waits for its spans at the collector.
+async fn traced_cascade(stack: &Stack, received: &Received, stream: bool) -> Vec<Span> {
+    let response = escalate(stack, stream).await;
     let run_id = header(&response, "x-mom-run-id");
     let _ = response.bytes().await.unwrap();
     support::eventually(Duration::from_secs(10), async || {
@@ -320,22 +326,8 @@ async fn without_export_the_clients_trace_context_reaches_every_call_unchanged()
         .join("\n");
     assert!(!unexported.contains("observability"));
     let stack = Stack::start_with_config(&unexported).await;
-    stack.backends["smollm2-135m"].set_logprob(-2.0);
-    stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
+    let _ = escalate(&stack, false).await.bytes().await.unwrap();
     let sent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
-    let body = json!({"model": "mom/auto", "max_tokens": 300,
-                      "messages": [{"role": "user", "content": "prove the theorem"}]});
-    let response = stack
-        .client
-        .post(stack.url("/v1/chat/completions", "relay"))
-        .header("content-type", "application/json")
-        .header("traceparent", &sent)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-mom-looper-calls"), "2");
     for model in ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"] {
         assert_eq!(traceparents(&stack, model), vec![sent.clone()], "{model}");
     }

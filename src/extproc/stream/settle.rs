@@ -119,14 +119,7 @@ impl StreamState {
                 forwarded.trace.contract = Some((name, ContractOutcome::of_check(&checked)));
                 let fail = contract.on_violation == crate::config::OnViolation::Fail;
                 return match checked {
-                    Err(reason) if fail => {
-                        let error = RouteError::ContractViolated {
-                            contract: name,
-                            reason,
-                        };
-                        let trace = forwarded.trace.clone();
-                        Some(self.refuse(trace, &error))
-                    }
+                    Err(reason) if fail => Some(self.violated(name, reason)),
                     _ => None,
                 };
             }
@@ -166,14 +159,17 @@ impl StreamState {
                 None
             }
             (_, Some(reason), crate::config::OnViolation::Fail) => {
-                let error = RouteError::ContractViolated {
-                    contract: name,
-                    reason,
-                };
-                let trace = forwarded.trace.clone();
-                Some(self.refuse(trace, &error))
+                Some(self.violated(name, reason))
             }
             _ => None,
         }
+    }
+
+    /// The refusal of an answer that broke contract `name` for `reason`.
+    fn violated(&self, contract: &'static str, reason: String) -> ProcessingResponse {
+        let error = RouteError::ContractViolated { contract, reason };
+        let trace = self.forwarded.as_ref().map(|f| f.trace.clone());
+        let trace = trace.unwrap_or_else(|| crate::engine::Trace::empty(&self.snapshot));
+        self.refuse(trace, &error)
     }
 }
