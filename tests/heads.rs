@@ -294,6 +294,7 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
         embedding: true,
         entities: false,
         windows: true,
+        keywords: false,
     };
     let request = mom_router::llm::ChatRequest::parse(
         ask("A unique question about tidal pools, asked once by this test.")

@@ -143,3 +143,68 @@ proptest! {
         }
     }
 }
+
+/// A keyword signal from a small vocabulary (so signals share terms), with every operator,
+/// case and word-boundary setting and every scope.
+fn keyword_signal() -> impl Strategy<Value = String> {
+    let words = prop::sample::subsequence(
+        vec!["sql", "SQL", "tide", "Tide", "é", "naïve", "q3", "a b"],
+        0..4,
+    );
+    let patterns = prop::sample::subsequence(vec![r"\d+", r"(?i)tide\w*", r"ab+c", r"^hi"], 0..3);
+    let operator = prop::sample::select(vec!["any", "all", "none"]);
+    let scope = prop::sample::select(vec!["lastUser", "allUser", "all"]);
+    (words, patterns, operator, any::<bool>(), any::<bool>(), scope).prop_filter_map(
+        "a keyword signal needs a term",
+        |(words, patterns, operator, case_sensitive, whole_words, scope)| {
+            if words.is_empty() && patterns.is_empty() {
+                return None;
+            }
+            let quote = |items: &[&str]| {
+                let quoted: Vec<String> = items.iter().map(|t| format!("'{t}'")).collect();
+                format!("[{}]", quoted.join(", "))
+            };
+            Some(format!(
+                "{{type: keyword, keywords: {}, patterns: {}, operator: {operator}, caseSensitive: {case_sensitive}, wholeWords: {whole_words}, scope: {scope}}}",
+                quote(&words),
+                quote(&patterns)
+            ))
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_combined_keyword_matcher_finds_what_each_signal_finds_alone(
+        signals in prop::collection::vec(keyword_signal(), 1..8),
+        texts in prop::collection::vec(texty(), 1..4),
+        extra in prop::sample::subsequence(vec!["SQL", "tide", "Tidewater", "naïve", "q3", "a b", "abbc", "hi"], 0..5),
+    ) {
+        let mut yaml = String::from("models: [{name: m, providerModel: p}]\nidentities: [{name: mom/auto, defaultModel: m}]\nsignals:\n");
+        for (i, signal) in signals.iter().enumerate() {
+            let named = signal.replacen('{', &format!("{{name: k{i}, "), 1);
+            yaml.push_str(&format!("  - {named}\n"));
+        }
+        let snapshot = compile_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let mut messages: Vec<serde_json::Value> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": t}))
+            .collect();
+        messages.push(json!({"role": "user", "content": format!("{} {}", texts[0], extra.join(" "))}));
+        let body = json!({"model": "mom/auto", "messages": messages}).to_string();
+        let request = mom_router::llm::ChatRequest::parse(body.as_bytes()).unwrap();
+        let combined = mom_router::signals::Neural {
+            keywords: Some(snapshot.keywords.hits(&request)),
+            ..Default::default()
+        };
+        let alone = mom_router::signals::Neural::default();
+        for signal in &snapshot.signals {
+            let together = signal.evaluate(&request, &Headers::default(), &combined, &|_| None);
+            let by_itself = signal.evaluate(&request, &Headers::default(), &alone, &|_| None);
+            prop_assert_eq!(together, by_itself, "{}", yaml);
+        }
+    }
+}

@@ -437,6 +437,8 @@ pub struct Snapshot {
     pub identities: Vec<Identity>,
     /// Signals.
     pub signals: Vec<Signal>,
+    /// Every keyword signal matched in one pass (each keyword signal's `slot` points into it).
+    pub keywords: Arc<crate::signals::keyword_index::KeywordIndex>,
     /// Decisions.
     pub decisions: Vec<Decision>,
     /// The shared sentence encoder, when `inference.encoder` is configured.

@@ -22,12 +22,15 @@ pub enum KeywordOperator {
 #[derive(Debug, Clone)]
 pub struct KeywordSignal {
     terms: Vec<String>,
+    keyword_count: usize,
     literals: Option<AhoCorasick>,
     patterns: Option<RegexSet>,
     operator: KeywordOperator,
-    case_sensitive: bool,
-    whole_words: bool,
-    scope: Scope,
+    pub(super) case_sensitive: bool,
+    pub(super) whole_words: bool,
+    pub(super) scope: Scope,
+    /// Its place in the policy's [`super::keyword_index::KeywordIndex`], once indexed.
+    pub slot: Option<usize>,
 }
 
 impl KeywordSignal {
@@ -91,16 +94,30 @@ impl KeywordSignal {
         terms.extend(patterns.iter().cloned());
         Ok(Self {
             terms,
+            keyword_count: keywords.len(),
             literals,
             patterns: patterns_set,
             operator,
             case_sensitive,
             whole_words,
             scope,
+            slot: None,
         })
     }
 
-    pub(super) fn evaluate(&self, request: &ChatRequest) -> Evidence {
+    /// The literal keywords, as declared.
+    pub fn keywords(&self) -> &[String] {
+        &self.terms[..self.keyword_count]
+    }
+
+    /// The regular expressions, as declared.
+    pub fn patterns(&self) -> &[String] {
+        &self.terms[self.keyword_count..]
+    }
+
+    /// Matches this signal alone on `request` (the policy's combined index does the same for
+    /// every keyword signal at once).
+    pub fn evaluate(&self, request: &ChatRequest) -> Evidence {
         let literal_count = self.literals.as_ref().map_or(0, |ac| ac.patterns_len());
         let mut hits = vec![false; self.terms.len()];
         for text in self.scope.texts(request) {
@@ -118,6 +135,11 @@ impl KeywordSignal {
                 }
             }
         }
+        self.evidence(&hits)
+    }
+
+    /// The evidence of `hits` (one per term: literals, then patterns), however they were found.
+    pub(super) fn evidence(&self, hits: &[bool]) -> Evidence {
         let hit_count = hits.iter().filter(|hit| **hit).count();
         let matched = match self.operator {
             KeywordOperator::Any => hit_count > 0,
@@ -138,7 +160,7 @@ impl KeywordSignal {
     }
 }
 
-fn fold(text: &str, case_sensitive: bool) -> String {
+pub(super) fn fold(text: &str, case_sensitive: bool) -> String {
     if case_sensitive {
         text.to_owned()
     } else {
@@ -146,7 +168,7 @@ fn fold(text: &str, case_sensitive: bool) -> String {
     }
 }
 
-fn is_whole_word(text: &str, start: usize, end: usize) -> bool {
+pub(super) fn is_whole_word(text: &str, start: usize, end: usize) -> bool {
     let before = text[..start].chars().next_back();
     let after = text[end..].chars().next();
     !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)

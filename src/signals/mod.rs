@@ -12,6 +12,7 @@ pub mod exemplar_sets;
 mod jailbreak;
 pub mod jailbreak_patterns;
 mod keyword;
+pub mod keyword_index;
 mod language;
 mod metadata;
 mod pii;
@@ -37,9 +38,13 @@ use crate::llm::{ChatRequest, Headers};
 use serde::Serialize;
 use std::sync::Arc;
 
-/// Model outputs computed once per request and shared by every neural signal.
+/// What is computed once per request and shared by the signals: the model outputs neural
+/// signals read, and every keyword signal's hits from the policy's combined matcher.
 #[derive(Debug, Default)]
 pub struct Neural {
+    /// The keyword hits, when the signals include keyword signals (absent: each keyword signal
+    /// matches on its own).
+    pub keywords: Option<keyword_index::KeywordHits>,
     /// The request's embedding (last user message), when an embedding signal needs it.
     pub embedding: Option<Result<Arc<Vec<f32>>, InferenceError>>,
     /// Entities in every message, when a PII signal reads the token classifier.
@@ -58,6 +63,8 @@ pub struct Needs {
     pub entities: bool,
     /// The embeddings of the user and tool text windows.
     pub windows: bool,
+    /// The combined keyword matcher's hits.
+    pub keywords: bool,
 }
 
 impl Needs {
@@ -69,6 +76,7 @@ impl Needs {
                 embedding: needs.embedding || kind.needs_embedding(),
                 entities: needs.entities || kind.needs_entities(),
                 windows: needs.windows || kind.needs_windows(),
+                keywords: needs.keywords || matches!(kind, SignalKind::Keyword(_)),
             })
     }
 }
@@ -260,7 +268,16 @@ impl Signal {
         earlier: &dyn Fn(usize) -> Option<Input>,
     ) -> SignalResult {
         let evidence = match &self.kind {
-            SignalKind::Keyword(signal) => signal.evaluate(request),
+            SignalKind::Keyword(signal) => {
+                let indexed = signal
+                    .slot
+                    .zip(neural.keywords.as_ref())
+                    .and_then(|(slot, hits)| hits.of(slot));
+                match indexed {
+                    Some(hits) => signal.evidence(hits),
+                    None => signal.evaluate(request),
+                }
+            }
             SignalKind::ContextLength(range) => conversation::context_length(range, request),
             SignalKind::Conversation(signal) => signal.evaluate(request),
             SignalKind::Language(signal) => signal.evaluate(request),

@@ -26,6 +26,7 @@ use crate::protocol::Protocol;
 use crate::signals::{Signal, SignalKind};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Default ext_proc address.
 pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50051";
@@ -215,6 +216,17 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     let models: Vec<Model> = models.into_iter().collect::<Option<_>>()?;
     // A recorded energy estimate needs each forwarded call's total time.
     let energy_recorded = records.is_some() && models.iter().any(|m| m.power_watts.is_some());
+    let mut signals: Vec<Signal> = signals.into_iter().collect::<Option<_>>()?;
+    let keywords = match keyword_index(&mut signals) {
+        Ok(index) => Arc::new(index),
+        Err(reason) => {
+            errors.push(
+                "signals",
+                format!("cannot combine the keyword signals: {reason}"),
+            );
+            return None;
+        }
+    };
     Some(Snapshot {
         looper_budget,
         observe_responses: identities_observe
@@ -229,7 +241,8 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         sessions,
         models,
         identities: identities.into_iter().map(|(_, i)| i).collect(),
-        signals: signals.into_iter().collect::<Option<_>>()?,
+        keywords,
+        signals,
         decisions,
         encoder,
         ner: ner.map(|n| n.handle),
@@ -474,3 +487,24 @@ pub(super) fn known_names(index: &HashMap<String, usize>) -> String {
 }
 
 pub use identities::unversioned_changes;
+
+/// Gives every keyword signal its slot and builds the policy's combined keyword matcher.
+fn keyword_index(
+    signals: &mut [Signal],
+) -> Result<crate::signals::keyword_index::KeywordIndex, String> {
+    let mut slot = 0;
+    for signal in signals.iter_mut() {
+        if let SignalKind::Keyword(keyword) = &mut signal.kind {
+            keyword.slot = Some(slot);
+            slot += 1;
+        }
+    }
+    let keyword_signals: Vec<&crate::signals::KeywordSignal> = signals
+        .iter()
+        .filter_map(|s| match &s.kind {
+            SignalKind::Keyword(keyword) => Some(keyword),
+            _ => None,
+        })
+        .collect();
+    crate::signals::keyword_index::KeywordIndex::new(&keyword_signals)
+}

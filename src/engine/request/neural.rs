@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// and the overlapping windows of user and tool text (jailbreak signals scan them), queued
 /// together so they share a batch, each distinct text once: a one-message request needs one
 /// forward for both. The token classifier gets every message once (scanned in overlapping
-/// windows) for every PII signal.
+/// windows) for every PII signal. The policy's keyword signals are matched in one pass too.
 pub async fn neural_inputs(
     snapshot: &Snapshot,
     needs: Needs,
@@ -85,6 +85,8 @@ pub async fn neural_inputs(
         }
     };
     Neural {
+        keywords: (needs.keywords && !snapshot.keywords.is_empty())
+            .then(|| snapshot.keywords.hits(request)),
         embedding: needs
             .embedding
             .then(|| vector_of(request.last_user_text().trim())),
