@@ -12,6 +12,7 @@
 
 mod support;
 
+use mom_router::observability::spans::hex;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     trace_service_server::{TraceService, TraceServiceServer},
     ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -100,10 +101,6 @@ decisions:
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a Any> {
     span.attributes

@@ -158,39 +158,17 @@ fn finish_span(
     depth: u32,
     reply: &Result<SubReply, CallError>,
 ) {
-    use crate::observability::spans::{SpanKind, Value};
-    let mut attributes = vec![
-        ("gen_ai.operation.name", Value::Str("chat".to_owned())),
-        ("gen_ai.provider.name", Value::Str("openai".to_owned())),
-        ("gen_ai.request.model", Value::Str(model.to_owned())),
-        ("mom.depth", Value::Int(i64::from(depth))),
-    ];
-    let error = match reply {
+    use crate::observability::spans::{chat_call_attributes, SpanKind, Value};
+    let (mut attributes, error) = match reply {
         Ok(reply) => {
-            attributes.push((
-                "http.response.status_code",
-                Value::Int(i64::from(reply.status)),
-            ));
+            let usage = super::usage::usage_of(&reply.body);
+            let counts = (usage.prompt_tokens, usage.completion_tokens);
+            let reason = super::usage::finish_reason_of(&reply.body);
+            let mut attributes = chat_call_attributes(model, Some(reply.status), counts, reason);
             if let Some(served) = reply.body["model"].as_str() {
                 attributes.push(("gen_ai.response.model", Value::Str(served.to_owned())));
             }
-            let usage = super::usage::usage_of(&reply.body);
-            let tokens = [
-                ("gen_ai.usage.input_tokens", usage.prompt_tokens),
-                ("gen_ai.usage.output_tokens", usage.completion_tokens),
-            ];
-            for (key, count) in tokens {
-                if let Some(count) = count.and_then(|c| i64::try_from(c).ok()) {
-                    attributes.push((key, Value::Int(count)));
-                }
-            }
-            if let Some(reason) = super::usage::finish_reason_of(&reply.body) {
-                attributes.push((
-                    "gen_ai.response.finish_reasons",
-                    Value::Strs(vec![reason.to_owned()]),
-                ));
-            }
-            None
+            (attributes, None)
         }
         Err(error) => {
             let kind = match error {
@@ -199,10 +177,12 @@ fn finish_span(
                 CallError::Status(status) => status.to_string(),
                 CallError::Malformed(_) => "malformed_answer".to_owned(),
             };
+            let mut attributes = chat_call_attributes(model, None, (None, None), None);
             attributes.push(("error.type", Value::Str(kind)));
-            Some(error.to_string())
+            (attributes, Some(error.to_string()))
         }
     };
+    attributes.push(("mom.depth", Value::Int(i64::from(depth))));
     span.finish(format!("chat {model}"), SpanKind::Client, attributes, error);
 }
 

@@ -175,7 +175,7 @@ impl Exporter {
 }
 
 /// The OTLP request carrying `batch` as spans of one resource (`service.name`) and one scope.
-pub fn export_request(service_name: &str, batch: &[RequestTrace]) -> ExportTraceServiceRequest {
+fn export_request(service_name: &str, batch: &[RequestTrace]) -> ExportTraceServiceRequest {
     let spans = batch
         .iter()
         .flat_map(|trace| {

@@ -139,6 +139,44 @@ pub enum Value {
     Strs(Vec<String>),
 }
 
+/// `gen_ai.usage.input_tokens` and `output_tokens`, for the counts that are known.
+pub fn usage_attributes(input: Option<u64>, output: Option<u64>) -> Vec<(&'static str, Value)> {
+    [
+        ("gen_ai.usage.input_tokens", input),
+        ("gen_ai.usage.output_tokens", output),
+    ]
+    .into_iter()
+    .filter_map(|(key, count)| Some((key, Value::Int(i64::try_from(count?).ok()?))))
+    .collect()
+}
+
+/// The GenAI attributes of one chat call to a backend (a sub-request, or the call Envoy
+/// forwards): mom-router speaks Chat Completions to backends, so the provider is `openai`.
+pub fn chat_call_attributes(
+    requested_model: &str,
+    status: Option<u16>,
+    usage: (Option<u64>, Option<u64>),
+    finish_reason: Option<&str>,
+) -> Vec<(&'static str, Value)> {
+    let mut attributes = vec![
+        ("gen_ai.operation.name", Value::Str("chat".to_owned())),
+        ("gen_ai.provider.name", Value::Str("openai".to_owned())),
+        (
+            "gen_ai.request.model",
+            Value::Str(requested_model.to_owned()),
+        ),
+    ];
+    if let Some(status) = status {
+        attributes.push(("http.response.status_code", Value::Int(i64::from(status))));
+    }
+    attributes.extend(usage_attributes(usage.0, usage.1));
+    if let Some(reason) = finish_reason {
+        let reasons = Value::Strs(vec![reason.to_owned()]);
+        attributes.push(("gen_ai.response.finish_reasons", reasons));
+    }
+    attributes
+}
+
 /// One finished span.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Span {

@@ -1,6 +1,8 @@
 //! The cache ticket a miss carries to the response phase, and the keeping of a complete 2xx
 //! answer under it (the lookup is the request pipeline's `cache`).
 
+use super::contract::ContractOutcome;
+use crate::engine::Trace;
 use crate::state::{CacheKey, FlightGuard, StateStore};
 use serde_json::Value;
 use std::sync::Arc;
@@ -30,29 +32,53 @@ impl PartialEq for CacheTicket {
 
 impl Eq for CacheTicket {}
 
-/// The answer a client received, as the JSON completion to keep: a JSON body as it is, an event
-/// stream assembled (only when it completed). `None` for anything else.
-pub fn keepable(body: &[u8], stream: bool) -> Option<Vec<u8>> {
+/// Keeps the answer a client received under `ticket`, unless it broke its output contract or
+/// failed its grounding check: a JSON body as it is (`json`: its parse, when already made), an
+/// event stream assembled (only when it completed). Anything else is not kept.
+pub fn keep_delivered(
+    state: &StateStore,
+    ticket: &CacheTicket,
+    trace: &Trace,
+    body: &[u8],
+    stream: bool,
+    json: Option<&Value>,
+) {
+    let broken = trace
+        .contract
+        .as_ref()
+        .is_some_and(|(_, outcome)| *outcome == ContractOutcome::Violated);
+    let ungrounded = trace.grounding.as_ref().is_some_and(|g| !g.passed());
+    if broken || ungrounded {
+        return;
+    }
     let answered = |completion: &Value| {
         completion["choices"]
             .as_array()
             .is_some_and(|choices| !choices.is_empty())
     };
-    if stream {
-        let completion = crate::llm::sse::assemble(body)?;
-        answered(&completion).then(|| completion.to_string().into_bytes())
+    let kept = if stream {
+        crate::llm::sse::assemble(body)
+            .filter(|completion| answered(completion))
+            .map(|completion| completion.to_string().into_bytes())
     } else {
-        let completion: Value = serde_json::from_slice(body).ok()?;
-        answered(&completion).then(|| body.to_vec())
-    }
-}
-
-/// Keeps the answer of a request that held `ticket`.
-pub fn keep(state: &StateStore, ticket: &CacheTicket, body: Vec<u8>) {
-    let kept = crate::state::Kept {
-        body: Arc::new(body),
-        embedding: ticket.embedding.clone(),
-        ttl: ticket.ttl,
+        let parsed;
+        let completion = match json {
+            Some(completion) => Some(completion),
+            None => {
+                parsed = serde_json::from_slice::<Value>(body).ok();
+                parsed.as_ref()
+            }
+        };
+        completion
+            .filter(|completion| answered(completion))
+            .map(|_| body.to_vec())
     };
-    state.keep_answer(&ticket.key, kept, ticket.shared);
+    if let Some(body) = kept {
+        let kept = crate::state::Kept {
+            body: Arc::new(body),
+            embedding: ticket.embedding.clone(),
+            ttl: ticket.ttl,
+        };
+        state.keep_answer(&ticket.key, kept, ticket.shared);
+    }
 }

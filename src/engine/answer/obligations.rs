@@ -9,7 +9,6 @@
 //! pipeline's own form (a client of any protocol can be served from it), and the answer is
 //! translated into the client's protocol last.
 
-use super::contract::ContractOutcome;
 use super::grounding::GroundingCheck;
 use super::held::Held;
 use super::pii_mask::Masker;
@@ -111,15 +110,9 @@ pub async fn settle_held(
     if let Some(masker) = obligations.restore.take() {
         answer.restore(&masker);
     }
-    let broken = trace
-        .contract
-        .as_ref()
-        .is_some_and(|(_, outcome)| *outcome == ContractOutcome::Violated);
-    let ungrounded = trace.grounding.as_ref().is_some_and(|g| !g.passed());
-    if let (Some(ticket), false, false) = (obligations.keep.take(), broken, ungrounded) {
-        if let Some(kept) = keep::keepable(answer.body(), answer.stream()) {
-            keep::keep(state, &ticket, kept);
-        }
+    if let Some(ticket) = obligations.keep.take() {
+        let (body, stream, json) = (answer.body(), answer.stream(), answer.json());
+        keep::keep_delivered(state, &ticket, trace, body, stream, json);
     }
     Ok(checked)
 }

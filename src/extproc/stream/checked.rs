@@ -6,6 +6,7 @@
 
 use super::{StreamState, MAX_COLLECTED};
 use crate::engine::answer::contract::ContractOutcome;
+use crate::engine::answer::keep::keep_delivered;
 use crate::engine::{RouteError, Trace};
 use crate::extproc::convert::{self, BodyMode};
 use crate::observability::metrics::ContractLabels;
@@ -73,7 +74,8 @@ impl StreamState {
     }
 
     /// Collects what the client receives of an answer the cache may keep, and keeps it once the
-    /// response completes (not when it broke its contract, nor past [`MAX_COLLECTED`]).
+    /// response completes (not when it broke its contract or its grounding check, nor past
+    /// [`MAX_COLLECTED`]).
     pub(super) fn collect_answer(&mut self, end_of_stream: bool, delivered: &[u8]) {
         let Some(forwarded) = &mut self.forwarded else {
             return;
@@ -90,21 +92,11 @@ impl StreamState {
         if !end_of_stream {
             return;
         }
-        let ticket = forwarded.obligations.keep.take();
         let answer = std::mem::take(&mut forwarded.answer);
-        let violated = forwarded
-            .trace
-            .contract
-            .as_ref()
-            .is_some_and(|(_, outcome)| *outcome == ContractOutcome::Violated)
-            || forwarded
-                .trace
-                .grounding
-                .as_ref()
-                .is_some_and(|grounded| !grounded.passed());
-        let keepable = crate::engine::answer::keep::keepable(&answer, forwarded.stream);
-        if let (Some(ticket), Some(body), false) = (ticket, keepable, violated) {
-            crate::engine::answer::keep::keep(&self.services.state, &ticket, body);
+        if let Some(ticket) = forwarded.obligations.keep.take() {
+            let state = &self.services.state;
+            let (trace, stream) = (&forwarded.trace, forwarded.stream);
+            keep_delivered(state, &ticket, trace, &answer, stream, None);
         }
     }
 

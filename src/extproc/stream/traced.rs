@@ -156,18 +156,6 @@ fn string(value: &str) -> Value {
     Value::Str(value.to_owned())
 }
 
-fn tokens(attributes: &mut Vec<(&'static str, Value)>, record: &RunRecord) {
-    let counts = [
-        ("gen_ai.usage.input_tokens", record.prompt_tokens),
-        ("gen_ai.usage.output_tokens", record.completion_tokens),
-    ];
-    for (key, count) in counts {
-        if let Some(count) = count.and_then(|c| i64::try_from(c).ok()) {
-            attributes.push((key, Value::Int(count)));
-        }
-    }
-}
-
 /// The request span's attributes: the GenAI conventions (the identity asked for, the model
 /// that answered) and what mom-router decided.
 fn request_attributes(
@@ -206,7 +194,10 @@ fn request_attributes(
             Value::Int(i64::from(record.status)),
         ));
     }
-    tokens(&mut attributes, record);
+    attributes.extend(spans::usage_attributes(
+        record.prompt_tokens,
+        record.completion_tokens,
+    ));
     if let Some(looper) = &record.looper {
         attributes.push(("mom.recipe", string(&looper.kind)));
         let calls = i64::try_from(looper.calls.len()).unwrap_or(i64::MAX);
@@ -231,24 +222,11 @@ fn upstream_attributes(
     record: &RunRecord,
     finish_reason: Option<String>,
 ) -> Vec<(&'static str, Value)> {
-    let mut attributes = vec![
-        ("gen_ai.operation.name", string("chat")),
-        ("gen_ai.provider.name", string("openai")),
-        (
-            "gen_ai.request.model",
-            string(non_empty(&record.provider_model, &record.model)),
-        ),
-        ("mom.model", string(&record.model)),
-    ];
-    if record.status != 0 {
-        attributes.push((
-            "http.response.status_code",
-            Value::Int(i64::from(record.status)),
-        ));
-    }
-    tokens(&mut attributes, record);
-    if let Some(reason) = finish_reason {
-        attributes.push(("gen_ai.response.finish_reasons", Value::Strs(vec![reason])));
-    }
+    let requested = non_empty(&record.provider_model, &record.model);
+    let status = u16::try_from(record.status).ok().filter(|s| *s != 0);
+    let usage = (record.prompt_tokens, record.completion_tokens);
+    let mut attributes =
+        spans::chat_call_attributes(requested, status, usage, finish_reason.as_deref());
+    attributes.push(("mom.model", string(&record.model)));
     attributes
 }
