@@ -14,7 +14,7 @@ use mom_router::config::compile_str;
 use mom_router::engine::{self, Action};
 use mom_router::llm::Headers;
 use serde_json::Value;
-use support::sidecar::quickstart_config;
+use support::sidecar::{quickstart_config, TEST_CALL_TIMEOUT};
 use support::stack::{ask, Stack};
 
 /// The sum of a labelled counter over its series in a Prometheus text exposition.
@@ -136,8 +136,8 @@ async fn a_client_that_leaves_mid_cascade_stops_the_cascade() {
 async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
     // Queues of one text: concurrent requests find the PII classifier (and encoder) busy.
     let config = quickstart_config().replace(
-        "    callTimeoutMs: 1800\n",
-        "    callTimeoutMs: 1800\n    queue: 1\n    maxBatch: 1\n",
+        &format!("    {TEST_CALL_TIMEOUT}\n"),
+        &format!("    {TEST_CALL_TIMEOUT}\n    queue: 1\n    maxBatch: 1\n"),
     );
     assert_eq!(config.matches("queue: 1").count(), 2);
     let stack = Stack::start_with_config(&config).await;
@@ -179,7 +179,7 @@ async fn a_flooded_guard_model_blocks_requests_through_envoy_and_counts_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_model_past_its_call_deadline_refuses_with_503_not_envoys_504() {
     // A deadline no forward pass meets: every guard call gives up, as under overload.
-    let config = quickstart_config().replace("callTimeoutMs: 1800", "callTimeoutMs: 1");
+    let config = quickstart_config().replace(TEST_CALL_TIMEOUT, "callTimeoutMs: 1");
     assert_eq!(config.matches("callTimeoutMs: 1\n").count(), 2);
     let stack = Stack::start_with_config(&config).await;
     let text = "Please summarise the minutes of the harbour committee meeting held on Tuesday, \

@@ -84,6 +84,23 @@ impl Plugin {
         }
     }
 
+    /// True when the plugin has work on the answer too (it checks, restores or keeps it), so
+    /// a forwarded response must come back through mom-router.
+    pub fn reads_answer(&self) -> bool {
+        match self {
+            Self::JailbreakGuard { response, .. } => *response,
+            Self::PiiMask { .. }
+            | Self::SemanticCache(_)
+            | Self::Grounding(_)
+            | Self::ResponseValidation(_) => true,
+            Self::SystemPrompt { .. }
+            | Self::HeaderMutation { .. }
+            | Self::RequestParams { .. }
+            | Self::ToolSelection { .. }
+            | Self::PiiBlock { .. } => false,
+        }
+    }
+
     /// The signal a guard reads.
     pub fn signal(&self) -> Option<usize> {
         match self {

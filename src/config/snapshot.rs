@@ -451,6 +451,11 @@ pub struct Snapshot {
     /// estimate energy (records on, a model declaring `powerWatts`) or spans are exported (they
     /// carry token counts): forwarded responses are then observed to their end.
     pub observe_responses: bool,
+    /// Whether some forwarded Chat Completions response may owe mom-router work: it is
+    /// observed (above), recorded, checked, restored, kept by the cache, or a recipe's final
+    /// step that falls back on its evidence. When none may, the response phases are skipped
+    /// for Envoys that add the `x-mom-*` headers themselves (`extproc::service`).
+    pub response_work: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
     /// How long a request's call to each model may wait (`callTimeoutMs`), when serving.

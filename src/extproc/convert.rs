@@ -185,9 +185,26 @@ pub fn continue_request_headers() -> ProcessingResponse {
     }
 }
 
+/// The request-headers reply that skips the response phases: the request body still comes
+/// whole (BUFFERED); the response passes through Envoy alone.
+pub fn continue_request_headers_unwatched() -> ProcessingResponse {
+    ProcessingResponse {
+        mode_override: Some(ProcessingMode {
+            request_header_mode: HeaderSendMode::Send as i32,
+            response_header_mode: HeaderSendMode::Skip as i32,
+            request_body_mode: BodySendMode::Buffered as i32,
+            response_body_mode: BodySendMode::None as i32,
+            request_trailer_mode: HeaderSendMode::Skip as i32,
+            response_trailer_mode: HeaderSendMode::Skip as i32,
+        }),
+        ..continue_request_headers()
+    }
+}
+
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
-/// Takes the rewritten body by value so it is not copied.
-pub fn forward(forward: Forward, trace: &Trace) -> ProcessingResponse {
+/// Takes the rewritten body by value so it is not copied. With `unwatched` (no response phase
+/// follows) the `x-mom-*` response headers go in the metadata's `headers`, for Envoy to add.
+pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingResponse {
     let mut set_headers = vec![
         set_header(SELECTED_MODEL_HEADER, &forward.model),
         set_header("content-length", &forward.body.len().to_string()),
@@ -210,9 +227,33 @@ pub fn forward(forward: Forward, trace: &Trace) -> ProcessingResponse {
         response: Some(Response::RequestBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: Some(metadata(trace, "upstream")),
+        dynamic_metadata: Some(if unwatched {
+            metadata_with_headers(trace)
+        } else {
+            metadata(trace, "upstream")
+        }),
         ..Default::default()
     }
+}
+
+/// [`metadata`] plus `headers`: each `x-mom-*` response header by name.
+fn metadata_with_headers(trace: &Trace) -> Struct {
+    let mut namespaces = metadata(trace, "upstream");
+    let headers = trace
+        .response_headers("upstream")
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), string(&value)))
+        .collect();
+    if let Some(Value {
+        kind: Some(Kind::StructValue(fields)),
+    }) = namespaces.fields.get_mut(METADATA_NAMESPACE)
+    {
+        let headers = Value {
+            kind: Some(Kind::StructValue(Struct { fields: headers })),
+        };
+        fields.fields.insert("headers".to_owned(), headers);
+    }
+    namespaces
 }
 
 /// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.

@@ -19,6 +19,11 @@ use tonic::{Request, Response, Status, Streaming};
 /// the configured `maxBodyBytes` are refused with 413 before this matters.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// gRPC metadata an Envoy sets on its ext_proc stream (value `dynamic-metadata`) when its route
+/// configuration adds every `x-mom-*` response header from `mom_router.headers` in the dynamic
+/// metadata: responses that owe mom-router nothing then skip the response phases.
+pub const RESPONSE_HEADERS_METADATA: &str = "x-mom-response-headers";
+
 /// The ext_proc gRPC service.
 #[derive(Clone)]
 pub struct ExtProcService {
@@ -80,6 +85,12 @@ impl ExternalProcessor for ExtProcService {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
+        // An Envoy that adds the x-mom-* response headers itself says so on the stream
+        // (`grpc_service.initial_metadata` in envoy/quickstart.yaml).
+        let envoy_adds_headers = request
+            .metadata()
+            .get(RESPONSE_HEADERS_METADATA)
+            .is_some_and(|v| v.as_bytes() == b"dynamic-metadata");
         let inbound = request.into_inner();
         let state = StreamState::new(
             self.store.snapshot(),
@@ -87,7 +98,8 @@ impl ExternalProcessor for ExtProcService {
             self.services.clone(),
         )
         .with_records(self.records.clone())
-        .with_spans(self.spans.clone());
+        .with_spans(self.spans.clone())
+        .with_envoy_adding_headers(envoy_adds_headers);
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
         // The response stream owns the stream state: each message from Envoy is handled when

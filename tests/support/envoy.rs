@@ -69,6 +69,9 @@ impl Envoy {
             );
             config = config.replace(from, to);
         }
+        // Above the sidecar's test call deadline (sidecar::TEST_CALL_TIMEOUT), as 2 s is
+        // above the quickstart's.
+        config = config.replace("message_timeout: 2s", "message_timeout: 10s");
         for (fixed, actual) in &ports {
             config = config.replace(
                 &format!("port_value: {fixed} "),

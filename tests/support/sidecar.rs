@@ -109,11 +109,17 @@ impl Sidecar {
     }
 }
 
+/// The model call deadline tests run under (`callTimeoutMs`; the quickstart's 1800 ms protects
+/// a served Envoy, but the test binaries run many sidecars at once on two cores, where a long
+/// text's forward passes can wait that long). Tests of the deadline itself set their own.
+pub const TEST_CALL_TIMEOUT: &str = "callTimeoutMs: 8000";
+
 /// The quickstart policy shipped in `examples/`, with its model paths made absolute for a
-/// config in a temp dir.
+/// config in a temp dir, under [`TEST_CALL_TIMEOUT`].
 pub fn quickstart_config() -> String {
     let text =
         std::fs::read_to_string(super::repo().join("examples/quickstart/config.yaml")).unwrap();
+    assert_eq!(text.matches("callTimeoutMs: 1800").count(), 2);
     text.replace(
         "../../.cache",
         &super::repo().join(".cache").display().to_string(),
@@ -122,6 +128,7 @@ pub fn quickstart_config() -> String {
         "../../heads",
         &super::repo().join("heads").display().to_string(),
     )
+    .replace("callTimeoutMs: 1800", TEST_CALL_TIMEOUT)
 }
 
 /// The neural example policy, with its model paths made absolute for a config in a temp dir.

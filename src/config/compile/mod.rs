@@ -227,12 +227,29 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             return None;
         }
     };
+    let observe_responses = identities_observe
+        || energy_recorded
+        || otlp.is_some()
+        || decisions.iter().any(|d| d.algorithm.observes_responses());
+    let answer_work = |d: &Decision| {
+        d.looper.is_some()
+            || d.contract.is_some()
+            || d.plugins.iter().any(crate::config::Plugin::reads_answer)
+    };
+    let response_work = observe_responses
+        || records.is_some()
+        || decisions.iter().any(answer_work)
+        || identities.iter().any(|(_, identity)| {
+            identity
+                .plugins
+                .iter()
+                .any(crate::config::Plugin::reads_answer)
+                || matches!(&identity.fallback, Fallback::Objective(d) if answer_work(d))
+        });
     Some(Snapshot {
         looper_budget,
-        observe_responses: identities_observe
-            || energy_recorded
-            || otlp.is_some()
-            || decisions.iter().any(|d| d.algorithm.observes_responses()),
+        observe_responses,
+        response_work,
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,
