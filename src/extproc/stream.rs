@@ -501,9 +501,10 @@ impl StreamState {
         let owed = &forwarded.obligations;
         let checked = owed.contract.is_some() || owed.restore.is_some();
         let grounded = owed.calls_models();
-        // An error is translated into the client's protocol too.
-        let watch_body = !message.end_of_stream
-            && (translate || (success && (forwarded.stream || observe || owed.reads_answer())));
+        // An error is translated into the client's protocol too. A stream nothing reads passes
+        // through Envoy alone: reading it would cost a round trip per chunk.
+        let watch_body =
+            !message.end_of_stream && (translate || (success && (observe || owed.reads_answer())));
         if watch_body && observe && success {
             forwarded.scanner = Some(UsageScanner::new(forwarded.stream));
         }
