@@ -10,11 +10,13 @@
 mod support;
 
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
+    BodySendMode, HeaderSendMode,
+};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     body_mutation::Mutation, external_processor_client::ExternalProcessorClient,
-    processing_request::Request, processing_response::Response, HttpBody, HttpHeaders,
-    ProcessingRequest, ProcessingResponse,
+    processing_request::Request, processing_response::Response, BodyMutation, HttpBody,
+    HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 use envoy_types::pb::google::protobuf::value::Kind;
 use serde_json::{json, Value};
@@ -180,18 +182,32 @@ async fn body_phase_reply_routes_rewrites_and_clears_the_route_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streaming_request_switches_the_response_body_to_streamed_with_a_complete_mode() {
+async fn a_stream_mom_router_reads_is_switched_to_streamed_with_a_complete_mode() {
     let sidecar = Sidecar::start(&quickstart_config(), 0).await;
+    // A plain stream owes nothing: its body is not asked for (no round trip per chunk).
     let mut envoy = FakeEnvoy::open(sidecar.grpc_port()).await;
     envoy.send(headers(POST_CHAT, false)).await;
     let request = json!({"model": "mom/auto", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     envoy.send(body(request.to_string().as_bytes(), true)).await;
     let reply = envoy.send(response_headers("200")).await;
+    assert!(reply.mode_override.is_none(), "{reply:?}");
+    assert_eq!(
+        get(&set_headers(&reply), "x-mom-identity"),
+        Some("mom/auto")
+    );
+    // A masked one has values to restore in every chunk.
+    let mut envoy = FakeEnvoy::open(sidecar.grpc_port()).await;
+    envoy.send(headers(POST_CHAT, false)).await;
+    let text = "Write to jane.doe@example.com to say the meeting moved.";
+    let request = json!({"model": "mom/secu", "stream": true, "messages": [{"role": "user", "content": text}]});
+    envoy.send(body(request.to_string().as_bytes(), true)).await;
+    let reply = envoy.send(response_headers("200")).await;
     let mode = reply
         .mode_override
-        .expect("no mode_override for a streaming request");
+        .expect("no mode_override for a stream with values to restore");
     assert_eq!(mode.response_body_mode, BodySendMode::Streamed as i32);
     assert_eq!(mode.request_body_mode, BodySendMode::Buffered as i32);
+    assert_eq!(mode.response_header_mode, HeaderSendMode::Send as i32);
     for chunk in ["data: {\"a\":1}\n\n", "data: [DONE]\n\n"] {
         let reply = envoy
             .send(Request::ResponseBody(HttpBody {
@@ -203,7 +219,14 @@ async fn streaming_request_switches_the_response_body_to_streamed_with_a_complet
         let Some(Response::ResponseBody(passed)) = reply.response else {
             panic!("expected a response-body reply");
         };
-        assert!(passed.response.and_then(|c| c.body_mutation).is_none());
+        // No placeholder in the chunk: the client gets it as it came.
+        let mutation = passed.response.and_then(|c| c.body_mutation);
+        if let Some(BodyMutation {
+            mutation: Some(Mutation::Body(sent)),
+        }) = mutation
+        {
+            assert_eq!(sent, chunk.as_bytes());
+        }
     }
 }
 
@@ -212,7 +235,9 @@ async fn an_error_response_to_a_streaming_request_is_not_switched_to_streamed() 
     let sidecar = Sidecar::start(&quickstart_config(), 0).await;
     let mut envoy = FakeEnvoy::open(sidecar.grpc_port()).await;
     envoy.send(headers(POST_CHAT, false)).await;
-    let request = json!({"model": "mom/auto", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    // Masked values would be restored in a 2xx stream; an error is passed on as it is.
+    let text = "Write to jane.doe@example.com to say the meeting moved.";
+    let request = json!({"model": "mom/secu", "stream": true, "messages": [{"role": "user", "content": text}]});
     envoy.send(body(request.to_string().as_bytes(), true)).await;
     let reply = envoy.send(response_headers("503")).await;
     assert!(reply.mode_override.is_none());
