@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     ProcessingResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use std::collections::HashMap;
 
 /// Dynamic-metadata namespace Envoy must list in `receiving_namespaces.untyped`.
 pub const METADATA_NAMESPACE: &str = "mom_router";
@@ -90,7 +91,12 @@ fn string(value: &str) -> Value {
 
 /// The `mom_router` dynamic metadata describing an outcome.
 pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
-    let mut fields = std::collections::HashMap::new();
+    namespaced(outcome_fields(trace, response_path))
+}
+
+/// The fields of the `mom_router` metadata describing an outcome.
+fn outcome_fields(trace: &Trace, response_path: &str) -> HashMap<String, Value> {
+    let mut fields = HashMap::new();
     fields.insert("response_path".to_owned(), string(response_path));
     fields.insert("config_version".to_owned(), string(&trace.config_version));
     if let Some(translation) = &trace.translation {
@@ -155,14 +161,17 @@ pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
     if let Some((code, _)) = trace.error {
         fields.insert("error".to_owned(), string(code));
     }
-    let mut namespaces = std::collections::HashMap::new();
-    namespaces.insert(
-        METADATA_NAMESPACE.to_owned(),
-        Value {
-            kind: Some(Kind::StructValue(Struct { fields })),
-        },
-    );
-    Struct { fields: namespaces }
+    fields
+}
+
+/// `fields` under the `mom_router` namespace.
+fn namespaced(fields: HashMap<String, Value>) -> Struct {
+    let namespace = Value {
+        kind: Some(Kind::StructValue(Struct { fields })),
+    };
+    Struct {
+        fields: HashMap::from([(METADATA_NAMESPACE.to_owned(), namespace)]),
+    }
 }
 
 /// A reply that only extends Envoy's timer for the current message (up to the filter's
@@ -189,15 +198,21 @@ pub fn continue_request_headers() -> ProcessingResponse {
 /// whole (BUFFERED); the response passes through Envoy alone.
 pub fn continue_request_headers_unwatched() -> ProcessingResponse {
     ProcessingResponse {
-        mode_override: Some(ProcessingMode {
-            request_header_mode: HeaderSendMode::Send as i32,
-            response_header_mode: HeaderSendMode::Skip as i32,
-            request_body_mode: BodySendMode::Buffered as i32,
-            response_body_mode: BodySendMode::None as i32,
-            request_trailer_mode: HeaderSendMode::Skip as i32,
-            response_trailer_mode: HeaderSendMode::Skip as i32,
-        }),
+        mode_override: Some(complete_mode(HeaderSendMode::Skip, BodySendMode::None)),
         ..continue_request_headers()
+    }
+}
+
+/// A whole processing mode (Envoy takes a `mode_override` as given): the request body
+/// BUFFERED as mom-router needs it, trailers skipped, the response as asked.
+fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) -> ProcessingMode {
+    ProcessingMode {
+        request_header_mode: HeaderSendMode::Send as i32,
+        response_header_mode: response_headers as i32,
+        request_body_mode: BodySendMode::Buffered as i32,
+        response_body_mode: response_body as i32,
+        request_trailer_mode: HeaderSendMode::Skip as i32,
+        response_trailer_mode: HeaderSendMode::Skip as i32,
     }
 }
 
@@ -238,22 +253,17 @@ pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingRe
 
 /// [`metadata`] plus `headers`: each `x-mom-*` response header by name.
 fn metadata_with_headers(trace: &Trace) -> Struct {
-    let mut namespaces = metadata(trace, "upstream");
     let headers = trace
         .response_headers("upstream")
         .into_iter()
         .map(|(name, value)| (name.to_owned(), string(&value)))
         .collect();
-    if let Some(Value {
-        kind: Some(Kind::StructValue(fields)),
-    }) = namespaces.fields.get_mut(METADATA_NAMESPACE)
-    {
-        let headers = Value {
-            kind: Some(Kind::StructValue(Struct { fields: headers })),
-        };
-        fields.fields.insert("headers".to_owned(), headers);
-    }
-    namespaces
+    let mut fields = outcome_fields(trace, "upstream");
+    let headers = Value {
+        kind: Some(Kind::StructValue(Struct { fields: headers })),
+    };
+    fields.insert("headers".to_owned(), headers);
+    namespaced(fields)
 }
 
 /// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
@@ -317,14 +327,7 @@ pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResp
         BodyMode::Streamed => Some(BodySendMode::Streamed),
         BodyMode::Buffered => Some(BodySendMode::Buffered),
     };
-    let mode_override = response_body_mode.map(|mode| ProcessingMode {
-        request_header_mode: HeaderSendMode::Send as i32,
-        response_header_mode: HeaderSendMode::Send as i32,
-        request_body_mode: BodySendMode::Buffered as i32,
-        response_body_mode: mode as i32,
-        request_trailer_mode: HeaderSendMode::Skip as i32,
-        response_trailer_mode: HeaderSendMode::Skip as i32,
-    });
+    let mode_override = response_body_mode.map(|mode| complete_mode(HeaderSendMode::Send, mode));
     ProcessingResponse {
         response: Some(Response::ResponseHeaders(HeadersResponse {
             response: Some(CommonResponse {

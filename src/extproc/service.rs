@@ -24,6 +24,9 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// metadata: responses that owe mom-router nothing then skip the response phases.
 pub const RESPONSE_HEADERS_METADATA: &str = "x-mom-response-headers";
 
+/// The value of [`RESPONSE_HEADERS_METADATA`] that declares it.
+pub const HEADERS_FROM_METADATA: &str = "dynamic-metadata";
+
 /// The ext_proc gRPC service.
 #[derive(Clone)]
 pub struct ExtProcService {
@@ -90,7 +93,7 @@ impl ExternalProcessor for ExtProcService {
         let envoy_adds_headers = request
             .metadata()
             .get(RESPONSE_HEADERS_METADATA)
-            .is_some_and(|v| v.as_bytes() == b"dynamic-metadata");
+            .is_some_and(|v| v.as_bytes() == HEADERS_FROM_METADATA.as_bytes());
         let inbound = request.into_inner();
         let state = StreamState::new(
             self.store.snapshot(),

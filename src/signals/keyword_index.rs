@@ -61,6 +61,30 @@ impl KeywordHits {
     }
 }
 
+/// Distinct literals or patterns of a group, each with every term it stands for.
+#[derive(Default)]
+struct Distinct {
+    items: Vec<String>,
+    terms: Vec<Vec<Term>>,
+    index: HashMap<String, usize>,
+}
+
+impl Distinct {
+    /// Counts `term` for `item`, adding the item the first time it is seen.
+    fn add(&mut self, item: String, term: Term) {
+        let index = match self.index.get(&item) {
+            Some(&index) => index,
+            None => {
+                self.index.insert(item.clone(), self.items.len());
+                self.items.push(item);
+                self.terms.push(Vec::new());
+                self.items.len() - 1
+            }
+        };
+        self.terms[index].push(term);
+    }
+}
+
 impl KeywordIndex {
     /// Indexes `signals`; the n-th signal gets slot n. An automaton or set that cannot be built
     /// (it compiled per signal, so this is not expected) is the error.
@@ -68,12 +92,8 @@ impl KeywordIndex {
         let mut offsets = vec![0];
         #[derive(Default)]
         struct Pending {
-            literals: Vec<String>,
-            literal_terms: Vec<Vec<Term>>,
-            literal_index: HashMap<String, usize>,
-            patterns: Vec<String>,
-            pattern_terms: Vec<Vec<Term>>,
-            pattern_index: HashMap<String, usize>,
+            literals: Distinct,
+            patterns: Distinct,
         }
         let mut pending: Vec<((Scope, bool), Pending)> = Vec::new();
         for (slot, signal) in signals.iter().enumerate() {
@@ -87,36 +107,27 @@ impl KeywordIndex {
             };
             let group = &mut pending[at].1;
             for (term, keyword) in signal.keywords().iter().enumerate() {
-                let folded = fold(keyword, signal.case_sensitive);
-                let index = *group
-                    .literal_index
-                    .entry(folded.clone())
-                    .or_insert_with(|| {
-                        group.literals.push(folded);
-                        group.literal_terms.push(Vec::new());
-                        group.literals.len() - 1
-                    });
-                group.literal_terms[index].push(Term {
+                let whole_words = signal.whole_words;
+                let term = Term {
                     slot,
                     term,
-                    whole_words: signal.whole_words,
-                });
+                    whole_words,
+                };
+                group
+                    .literals
+                    .add(fold(keyword, signal.case_sensitive), term);
             }
             let literal_count = signal.keywords().len();
             for (i, pattern) in signal.patterns().iter().enumerate() {
-                let index = *group
-                    .pattern_index
-                    .entry(pattern.clone())
-                    .or_insert_with(|| {
-                        group.patterns.push(pattern.clone());
-                        group.pattern_terms.push(Vec::new());
-                        group.patterns.len() - 1
-                    });
-                group.pattern_terms[index].push(Term {
-                    slot,
-                    term: literal_count + i,
-                    whole_words: false,
-                });
+                let (term, whole_words) = (literal_count + i, false);
+                group.patterns.add(
+                    pattern.clone(),
+                    Term {
+                        slot,
+                        term,
+                        whole_words,
+                    },
+                );
             }
             let last = offsets.last().copied().unwrap_or(0);
             offsets.push(last + literal_count + signal.patterns().len());
@@ -126,18 +137,19 @@ impl KeywordIndex {
             .map(|((scope, case_sensitive), group)| {
                 // A full DFA without a prefilter: with many literals a prefilter fires at
                 // nearly every byte, while the DFA reads each byte once whatever their number.
-                let literals = (!group.literals.is_empty())
+                let literals = (!group.literals.items.is_empty())
                     .then(|| {
                         AhoCorasick::builder()
                             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
                             .prefilter(false)
-                            .build(&group.literals)
+                            .build(&group.literals.items)
                     })
                     .transpose()
                     .map_err(|e| e.to_string())?;
-                let mut terms = group.pattern_terms.into_iter();
+                let mut terms = group.patterns.terms.into_iter();
                 let patterns = group
                     .patterns
+                    .items
                     .chunks(PATTERNS_PER_SET)
                     .map(|chunk| {
                         let set = regex::RegexSetBuilder::new(chunk)
@@ -151,7 +163,7 @@ impl KeywordIndex {
                     scope,
                     case_sensitive,
                     literals,
-                    literal_terms: group.literal_terms,
+                    literal_terms: group.literals.terms,
                     patterns,
                 })
             })
