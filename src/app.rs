@@ -129,6 +129,8 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         .map_err(|e| AppError::Startup(e.to_string()))??;
     let store = Arc::new(store);
     let metrics = Arc::new(Metrics::new());
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    metrics.runtime_workers.set(workers as i64);
     let snapshot = store.snapshot();
 
     let grpc_listen = match &options.grpc_listen {

@@ -136,6 +136,7 @@ fn serve_refuses_an_invalid_config_and_stops_cleanly_on_sigterm() {
         .arg(support::repo().join("examples/quickstart/config.yaml"))
         .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--worker-threads", "1"])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -156,6 +157,11 @@ fn serve_refuses_an_invalid_config_and_stops_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(live.starts_with("HTTP/1.1 200"), "{live}");
+    let metrics = get("/metrics").unwrap();
+    assert!(
+        metrics.contains("\nmom_runtime_worker_threads 1\n"),
+        "--worker-threads 1: {metrics}"
+    );
     let ready = get("/ready").unwrap();
     assert!(
         ready.starts_with("HTTP/1.1 200") && ready.contains("\"draining\":false"),
@@ -188,6 +194,18 @@ fn serve_refuses_an_invalid_config_and_stops_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn serve_refuses_zero_worker_threads_naming_the_flag() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args(["serve", "--config", "c.yaml", "--worker-threads", "0"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+    assert!(stderr.contains("1..=1024"), "{stderr}");
 }
 
 #[test]

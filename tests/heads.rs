@@ -356,3 +356,39 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
     let f1 = report.f1_of("pii").unwrap();
     assert!(f1 >= 0.88, "pii F1 {f1}\n{report}");
 }
+
+/// The hand-written out-of-distribution sets (`heads/data/ood/`, never trained on) score at
+/// least what `heads/README.md` records for the shipped heads, less two or three examples' worth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
+    let snapshot = compile_str(&quickstart_config()).unwrap();
+    let ood = |signal: &str, file: &str, positive: &[&str]| EvalOptions {
+        data: support::repo().join("heads/data/ood").join(file),
+        ..options(signal, "domain.jsonl", positive, Split::All)
+    };
+    let (domain, _) = evaluate_signal(&snapshot, &ood("stem", "domain.jsonl", &[]))
+        .await
+        .unwrap();
+    assert_eq!(domain.examples, 56);
+    // Recorded 0.607 (34 of 56): natural questions are the domain head's weak spot.
+    assert!(domain.accuracy >= 0.57, "{domain}");
+
+    let (jailbreak, _) = evaluate_signal(
+        &snapshot,
+        &ood("jailbreak", "jailbreak.jsonl", &["jailbreak"]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(jailbreak.examples, 40);
+    // Recorded F1 0.829 with 4 of the 20 benign look-alikes flagged.
+    let f1 = jailbreak.f1_of("jailbreak").unwrap();
+    assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
+
+    let (pii, _) = evaluate_signal(&snapshot, &ood("personal_data", "pii.jsonl", &["pii"]))
+        .await
+        .unwrap();
+    assert_eq!(pii.examples, 30);
+    // Recorded F1 0.974: one Italian sentence naming only a person is missed.
+    let f1 = pii.f1_of("pii").unwrap();
+    assert!(f1 >= 0.92, "F1 {f1}\n{pii}");
+}

@@ -199,7 +199,9 @@ fn common(documents: &[Value], fullname: &str) {
             "--drain-grace-seconds",
             "5",
             "--drain-limit-seconds",
-            "30"
+            "30",
+            "--worker-threads",
+            "2"
         ]
     );
     // The pod outlives the drain: grace plus limit plus 5 s.

@@ -156,7 +156,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
         },
         stream: args.stream,
     };
-    let runtime = match super::runtime(true) {
+    let runtime = match super::runtime(super::Threads::Workers(None)) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };

@@ -56,6 +56,12 @@ enum Command {
         /// On SIGTERM, the most seconds open streams and writes get to finish after that.
         #[arg(long, default_value_t = 30)]
         drain_limit_seconds: u64,
+        /// Threads serving ext_proc and admin traffic (model inference has its own threads);
+        /// one per CPU core when not given. One thread per Envoy worker is usually enough: a
+        /// rule-only decision takes microseconds, and fewer threads mean fewer cross-thread
+        /// wake-ups per request.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        worker_threads: Option<u16>,
     },
     /// Validate a configuration exactly as `serve` would; print every error.
     CheckConfig {
@@ -144,19 +150,24 @@ pub fn main() -> ExitCode {
             log_json,
             drain_grace_seconds,
             drain_limit_seconds,
+            worker_threads,
         } => {
             crate::observability::logging::init(log_json);
-            serve(ServeOptions {
-                source: source.source(),
-                lock,
-                grpc_listen,
-                admin_listen,
-                reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
-                drain: app::Drain {
-                    grace: Duration::from_secs(drain_grace_seconds),
-                    limit: Duration::from_secs(drain_limit_seconds),
+            let threads = Threads::Workers(worker_threads.map(usize::from));
+            serve(
+                threads,
+                ServeOptions {
+                    source: source.source(),
+                    lock,
+                    grpc_listen,
+                    admin_listen,
+                    reload_interval: Duration::from_millis(reload_interval_ms.max(50)),
+                    drain: app::Drain {
+                        grace: Duration::from_secs(drain_grace_seconds),
+                        limit: Duration::from_secs(drain_limit_seconds),
+                    },
                 },
-            })
+            )
         }
         Command::CheckConfig { path, previous } => check_config(&path, previous.as_deref()),
         Command::Explain {
@@ -191,12 +202,26 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The async runtime: multi-threaded for `serve`, one thread for offline commands.
-fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
+/// The threads of the async runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Threads {
+    /// The caller's thread alone: offline commands.
+    Current,
+    /// Worker threads: `serve`, with this many (one per CPU core when `None`).
+    Workers(Option<usize>),
+}
+
+/// The async runtime with the threads asked for.
+fn runtime(threads: Threads) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = match threads {
+        Threads::Current => tokio::runtime::Builder::new_current_thread(),
+        Threads::Workers(count) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if let Some(count) = count {
+                builder.worker_threads(count);
+            }
+            builder
+        }
     };
     builder.enable_all().build().map_err(|e| {
         eprintln!("mom-router: cannot start the async runtime: {e}");
@@ -204,8 +229,8 @@ fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
     })
 }
 
-fn serve(options: ServeOptions) -> ExitCode {
-    let runtime = match runtime(true) {
+fn serve(threads: Threads, options: ServeOptions) -> ExitCode {
+    let runtime = match runtime(threads) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
@@ -369,7 +394,7 @@ fn explain(
         };
         pairs.push((name.trim().to_owned(), value.trim().to_owned()));
     }
-    let runtime = match runtime(false) {
+    let runtime = match runtime(Threads::Current) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };

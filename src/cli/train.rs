@@ -128,7 +128,7 @@ pub fn run_eval(args: EvalArgs) -> ExitCode {
         split: args.held_out.map_or(Split::All, Split::HeldOut),
         concurrency: args.concurrency,
     };
-    let runtime = match super::runtime(true) {
+    let runtime = match super::runtime(super::Threads::Workers(None)) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };

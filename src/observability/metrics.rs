@@ -130,6 +130,8 @@ pub struct Metrics {
     pub reloads: Family<ReloadLabels, Counter>,
     /// ext_proc streams open now.
     pub active_streams: Gauge,
+    /// Threads of the async runtime serving ext_proc and admin traffic.
+    pub runtime_workers: Gauge,
     /// ext_proc streams that ended with a gRPC error from Envoy's side.
     pub stream_errors: Counter,
     /// Neural signals that had no answer (encoder overloaded or failed), by signal.
@@ -216,6 +218,12 @@ impl Metrics {
             "ext_proc streams open now",
             active_streams.clone(),
         );
+        let runtime_workers = Gauge::default();
+        registry.register(
+            "runtime_worker_threads",
+            "Threads of the async runtime serving ext_proc and admin traffic (--worker-threads)",
+            runtime_workers.clone(),
+        );
         let stream_errors = Counter::default();
         registry.register(
             "extproc_stream_errors",
@@ -301,6 +309,7 @@ impl Metrics {
             first_chunk_seconds,
             reloads,
             active_streams,
+            runtime_workers,
             stream_errors,
         }
     }

@@ -58,4 +58,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - {{ int .Values.drain.graceSeconds | quote }}
 - --drain-limit-seconds
 - {{ int .Values.drain.limitSeconds | quote }}
+{{- with .Values.workerThreads }}
+- --worker-threads
+- {{ int . | quote }}
+{{- end }}
 {{- end -}}
