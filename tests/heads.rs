@@ -58,10 +58,15 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
     }
 }
 
-fn options(signal: &str, file: &str, positive: &[&str], split: Split) -> EvalOptions {
+/// A hand-written out-of-distribution set, committed in `heads/data/ood/`.
+fn ood(name: &str) -> PathBuf {
+    support::repo().join("heads/data/ood").join(name)
+}
+
+fn options(signal: &str, data: PathBuf, positive: &[&str], split: Split) -> EvalOptions {
     EvalOptions {
         signal: signal.to_owned(),
-        data: data(file),
+        data,
         positive: positive.iter().map(|p| (*p).to_owned()).collect(),
         split,
         concurrency: 32,
@@ -73,7 +78,7 @@ async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
     let (report, _) = evaluate_signal(
         &snapshot,
-        &options("stem", "domain.jsonl", &[], Split::HeldOut(20)),
+        &options("stem", data("domain.jsonl"), &[], Split::HeldOut(20)),
     )
     .await
     .unwrap();
@@ -99,7 +104,7 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
         &snapshot,
         &options(
             "jailbreak",
-            "jailbreak.jsonl",
+            data("jailbreak.jsonl"),
             &["jailbreak"],
             Split::HeldOut(20),
         ),
@@ -125,7 +130,12 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     // bastioncorpus is never trained on; 0.929 was measured for the shipped head and rules.
     let (bastion, _) = evaluate_signal(
         &snapshot,
-        &options("jailbreak", "bastion.jsonl", &["malicious"], Split::All),
+        &options(
+            "jailbreak",
+            data("bastion.jsonl"),
+            &["malicious"],
+            Split::All,
+        ),
     )
     .await
     .unwrap();
@@ -346,7 +356,7 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
     let (report, _) = evaluate_signal(
         &snapshot,
-        &options("personal_data", "pii.jsonl", &["pii"], Split::All),
+        &options("personal_data", data("pii.jsonl"), &["pii"], Split::All),
     )
     .await
     .unwrap();
@@ -362,20 +372,24 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let ood = |signal: &str, file: &str, positive: &[&str]| EvalOptions {
-        data: support::repo().join("heads/data/ood").join(file),
-        ..options(signal, "domain.jsonl", positive, Split::All)
-    };
-    let (domain, _) = evaluate_signal(&snapshot, &ood("stem", "domain.jsonl", &[]))
-        .await
-        .unwrap();
+    let (domain, _) = evaluate_signal(
+        &snapshot,
+        &options("stem", ood("domain.jsonl"), &[], Split::All),
+    )
+    .await
+    .unwrap();
     assert_eq!(domain.examples, 56);
     // Recorded 0.607 (34 of 56): natural questions are the domain head's weak spot.
     assert!(domain.accuracy >= 0.57, "{domain}");
 
     let (jailbreak, _) = evaluate_signal(
         &snapshot,
-        &ood("jailbreak", "jailbreak.jsonl", &["jailbreak"]),
+        &options(
+            "jailbreak",
+            ood("jailbreak.jsonl"),
+            &["jailbreak"],
+            Split::All,
+        ),
     )
     .await
     .unwrap();
@@ -384,9 +398,12 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let f1 = jailbreak.f1_of("jailbreak").unwrap();
     assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
 
-    let (pii, _) = evaluate_signal(&snapshot, &ood("personal_data", "pii.jsonl", &["pii"]))
-        .await
-        .unwrap();
+    let (pii, _) = evaluate_signal(
+        &snapshot,
+        &options("personal_data", ood("pii.jsonl"), &["pii"], Split::All),
+    )
+    .await
+    .unwrap();
     assert_eq!(pii.examples, 30);
     // Recorded F1 0.974: one Italian sentence naming only a person is missed.
     let f1 = pii.f1_of("pii").unwrap();
