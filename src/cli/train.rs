@@ -52,6 +52,10 @@ pub struct TrainArgs {
     /// Embedding cache file, reused and updated (for the same encoder only).
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// Temperature-scale the head: fit the temperature on half of the held-out share and
+    /// report the expected calibration error before and after on the other half.
+    #[arg(long)]
+    calibrate: bool,
 }
 
 /// Arguments of `mom-router eval-signal`.
@@ -104,13 +108,24 @@ pub fn run_train(args: TrainArgs) -> ExitCode {
         },
         balance: args.balance,
         cache: args.cache,
+        calibrate: args.calibrate,
     };
     match train::train(&options) {
-        Ok(report) => super::write_stdout(&format!(
-            "wrote {}\nheld out ({}%):\n{report}",
-            options.out.display(),
-            options.holdout
-        )),
+        Ok(trained) => {
+            let calibration = trained.calibration.map_or_else(String::new, |c| {
+                format!(
+                    "\ncalibration: temperature {:.3} fitted on {} held-out examples; expected \
+                     calibration error on the other {}: {:.4} before, {:.4} after",
+                    c.temperature, c.fitted_on, c.measured_on, c.ece_before, c.ece_after
+                )
+            });
+            super::write_stdout(&format!(
+                "wrote {}\nheld out ({}%):\n{}{calibration}",
+                options.out.display(),
+                options.holdout,
+                trained.report
+            ))
+        }
         Err(e) => fail(&e),
     }
 }

@@ -172,6 +172,10 @@ pub struct RawClassifier {
     /// The winning label's probability must reach this; default 0.
     #[serde(default)]
     pub min_confidence: f64,
+    /// Below this top probability the signal reports the label `abstain` (which `match` may
+    /// name); default 0, never.
+    #[serde(default)]
+    pub abstain_below: f64,
     /// `no_match` (default), `match` or `fail` when the encoder gives no answer.
     #[serde(default)]
     pub on_error: RawOnError,

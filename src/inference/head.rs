@@ -85,8 +85,8 @@ impl Head {
         self.layers.first().map_or(0, |l| l.inputs)
     }
 
-    /// Class probabilities for one embedding, in [`Head::labels`] order.
-    pub fn probabilities(&self, embedding: &[f32]) -> Vec<f32> {
+    /// The last layer's outputs for one embedding (before the softmax).
+    pub fn logits(&self, embedding: &[f32]) -> Vec<f32> {
         let mut x = embedding.to_vec();
         for (i, layer) in self.layers.iter().enumerate() {
             x = layer.apply(&x);
@@ -94,8 +94,24 @@ impl Head {
                 x.iter_mut().for_each(|v| *v = v.max(0.0));
             }
         }
+        x
+    }
+
+    /// Class probabilities for one embedding, in [`Head::labels`] order.
+    pub fn probabilities(&self, embedding: &[f32]) -> Vec<f32> {
+        let mut x = self.logits(embedding);
         softmax(&mut x);
         x
+    }
+
+    /// Divides the head's logits by `temperature` for good, by scaling its last layer: the
+    /// file format and the cost of a forward stay as they are.
+    pub fn temper(&mut self, temperature: f64) {
+        if let Some(last) = self.layers.last_mut() {
+            let scale = (1.0 / temperature) as f32;
+            last.weight.iter_mut().for_each(|w| *w *= scale);
+            last.bias.iter_mut().for_each(|b| *b *= scale);
+        }
     }
 
     /// The most probable label and its probability.
@@ -275,6 +291,17 @@ mod tests {
         assert!((p[0] - expected).abs() < 1e-6, "{p:?}");
         assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert_eq!(head.predict(&[0.0, 1.0]).0, 1);
+    }
+
+    #[test]
+    fn tempering_divides_the_logits() {
+        let mut head = tiny();
+        let before = head.logits(&[1.0, 0.3]);
+        head.temper(2.0);
+        let after = head.logits(&[1.0, 0.3]);
+        for (b, a) in before.iter().zip(&after) {
+            assert!((b / 2.0 - a).abs() < 1e-6, "{before:?} {after:?}");
+        }
     }
 
     #[test]

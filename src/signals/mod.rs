@@ -21,7 +21,7 @@ mod projection;
 pub mod text;
 
 pub use authz::{AuthzSignal, RolesSource};
-pub use classifier::ClassifierSignal;
+pub use classifier::{ClassifierSignal, ABSTAIN};
 pub use conversation::{estimate_tokens, ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};
 pub use exemplar::{ExemplarSignal, Label};

@@ -1,6 +1,7 @@
 //! Classification quality: accuracy, per-label precision/recall/F1, macro-F1 and the confusion
 //! matrix, as printed by `train` and `eval`.
 
+use crate::signals::ABSTAIN;
 use serde::Serialize;
 use std::fmt;
 
@@ -60,6 +61,22 @@ impl Report {
         }
     }
 
+    /// How many examples were predicted as `label` when it is no example's truth (a classifier's
+    /// `abstain`), and the accuracy over the others; `None` when no example was.
+    pub fn selective(&self, label: &str) -> Option<(usize, f64)> {
+        let index = self.labels.iter().position(|l| l == label)?;
+        if self.per_label[index].3 > 0 {
+            return None;
+        }
+        let withheld: usize = self.confusion.iter().map(|row| row[index]).sum();
+        let answered = self.examples - withheld;
+        if withheld == 0 || answered == 0 {
+            return None;
+        }
+        let correct: usize = (0..self.labels.len()).map(|i| self.confusion[i][i]).sum();
+        Some((withheld, correct as f64 / answered as f64))
+    }
+
     /// F1 of one label (the positive class of a binary task).
     pub fn f1_of(&self, label: &str) -> Option<f64> {
         let index = self.labels.iter().position(|l| l == label)?;
@@ -93,6 +110,15 @@ impl fmt::Display for Report {
             let cells: Vec<String> = row.iter().map(|c| format!("{c:5}")).collect();
             writeln!(f, "{label:width$} {}", cells.join(""))?;
         }
+        if let Some((withheld, accuracy)) = self.selective(ABSTAIN) {
+            writeln!(
+                f,
+                "{ABSTAIN}: {withheld} of {} examples ({:.1} %); accuracy on the other {}: {accuracy:.4}",
+                self.examples,
+                100.0 * withheld as f64 / self.examples as f64,
+                self.examples - withheld
+            )?;
+        }
         Ok(())
     }
 }
@@ -114,5 +140,24 @@ mod tests {
         assert!((report.macro_f1 - (0.75 + 0.5) / 2.0).abs() < 1e-12);
         assert_eq!(report.confusion, vec![vec![3, 1], vec![1, 1]]);
         assert!(report.to_string().contains("accuracy 0.6667"));
+    }
+
+    #[test]
+    fn abstentions_are_counted_apart_from_the_answers() {
+        let labels = vec!["abstain".to_owned(), "a".to_owned(), "b".to_owned()];
+        // Two abstentions; of the four answers, three are right.
+        let pairs = [(1, 0), (2, 0), (1, 1), (1, 1), (2, 2), (2, 1)];
+        let report = Report::new(labels, &pairs);
+        let (withheld, accuracy) = report.selective("abstain").unwrap();
+        assert_eq!(withheld, 2);
+        assert!((accuracy - 0.75).abs() < 1e-12);
+        assert!(report
+            .to_string()
+            .contains("abstain: 2 of 6 examples (33.3 %); accuracy on the other 4: 0.7500"));
+        assert_eq!(
+            report.selective("a"),
+            None,
+            "a label with support is not an abstention"
+        );
     }
 }

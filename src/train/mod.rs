@@ -3,6 +3,7 @@
 //! labelled data through exactly the code that routes requests.
 
 mod cache;
+mod calibrate;
 mod data;
 mod eval;
 mod fit;
@@ -11,6 +12,9 @@ mod ridge;
 mod router;
 mod router_fit;
 
+pub use calibrate::{
+    calibrate, confidences, expected_calibration_error, fit_temperature, Calibration,
+};
 pub use data::{is_held_out, label_set, read_examples, Example};
 pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
@@ -48,6 +52,23 @@ pub struct TrainOptions {
     pub balance: bool,
     /// Embedding cache file: reused (for the same encoder) and updated.
     pub cache: Option<PathBuf>,
+    /// Fit a temperature on half of the held-out share (by a second hash) and measure the
+    /// calibration error on the other half; whole-text heads only.
+    pub calibrate: bool,
+}
+
+/// What `train` measured on the held-out share.
+#[derive(Debug, Clone)]
+pub struct Trained {
+    /// Accuracy and F1 (unchanged by calibration: a temperature keeps the top label).
+    pub report: Report,
+    /// The fitted temperature and the calibration error before and after, when asked for.
+    pub calibration: Option<Calibration>,
+}
+
+/// True when a held-out example fits the temperature rather than measuring it.
+fn fits_temperature(text: &str) -> bool {
+    is_held_out(&format!("calibrate {text}"), 50)
 }
 
 /// Loads a configuration, turning its errors into one message.
@@ -135,8 +156,12 @@ fn rounded(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-/// Fits a head, scores it on the held-out share, writes it, and returns the held-out report.
-pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
+/// Fits a head, scores it on the held-out share (and calibrates it there when asked), writes
+/// it, and returns what the held-out share measured.
+pub fn train(options: &TrainOptions) -> anyhow::Result<Trained> {
+    if options.calibrate && options.windows {
+        bail!("--calibrate needs whole-text examples; a windowed head takes the maximum over windows, which one temperature does not calibrate");
+    }
     let snapshot = load_config(&options.config)?;
     let encoder = encoder_of(&snapshot)?;
     let examples = read_examples(&options.data)?;
@@ -191,7 +216,7 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
     let weights = encoder
         .weights_file()
         .context("the encoder does not name its weights file")?;
-    let head = Head {
+    let mut head = Head {
         task: options.task.clone(),
         labels: labels.clone(),
         layers,
@@ -215,6 +240,13 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
     for (vector, i) in held_vectors.into_iter().zip(owner) {
         grouped[i].push(vector);
     }
+    let calibration = options
+        .calibrate
+        .then(|| calibrate_on(&head, &held, &grouped, index))
+        .transpose()?;
+    if let Some(calibration) = &calibration {
+        head.temper(calibration.temperature);
+    }
     let pairs: Vec<(usize, usize)> = held
         .iter()
         .zip(&grouped)
@@ -224,7 +256,7 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
         })
         .collect();
     let report = Report::new(labels, &pairs);
-    let provenance = [
+    let mut provenance = vec![
         ("dataSha256", sha256_file(&options.data)?),
         ("heldOutPercent", options.holdout.to_string()),
         (
@@ -241,6 +273,52 @@ pub fn train(options: &TrainOptions) -> anyhow::Result<Report> {
             .to_string(),
         ),
     ];
+    if let Some(c) = &calibration {
+        provenance.push((
+            "calibration",
+            serde_json::json!({
+                "temperature": rounded(c.temperature),
+                "fittedOn": c.fitted_on,
+                "measuredOn": c.measured_on,
+                "eceBefore": rounded(c.ece_before),
+                "eceAfter": rounded(c.ece_after),
+            })
+            .to_string(),
+        ));
+    }
     head.save(&options.out, &provenance)?;
-    Ok(report)
+    Ok(Trained {
+        report,
+        calibration,
+    })
+}
+
+/// Fits the temperature on one half of the held-out examples and measures it on the other.
+fn calibrate_on(
+    head: &Head,
+    held: &[&Example],
+    vectors: &[Vec<Vec<f32>>],
+    index: impl Fn(&str) -> usize,
+) -> anyhow::Result<Calibration> {
+    let mut fit_rows = Vec::new();
+    let mut measure_rows = Vec::new();
+    for (example, vectors) in held.iter().zip(vectors) {
+        let Some(vector) = vectors.first() else {
+            continue;
+        };
+        let row = (head.logits(vector), index(&example.label));
+        if fits_temperature(&example.text) {
+            fit_rows.push(row);
+        } else {
+            measure_rows.push(row);
+        }
+    }
+    if fit_rows.len() < 10 || measure_rows.len() < 10 {
+        bail!(
+            "--calibrate needs at least 10 held-out examples on each side of its split; got {} and {} (raise --holdout)",
+            fit_rows.len(),
+            measure_rows.len()
+        );
+    }
+    Ok(calibrate(&fit_rows, &measure_rows))
 }

@@ -88,6 +88,7 @@ pub(super) fn domain<'a>(
         head,
         &raw.matching,
         raw.min_confidence,
+        raw.abstain_below,
         on_error_of(raw.on_error),
     )?;
     Ok((&raw.name, SignalKind::Classifier(signal)))
