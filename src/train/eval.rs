@@ -1,12 +1,13 @@
 //! `mom-router eval-signal`: runs one configured signal over labelled examples, each sent as a
 //! single user message through the same neural inputs and evaluation the router uses.
 
+use super::calibrate::expected_calibration_error;
 use super::data::{is_held_out, read_examples};
 use super::metrics::Report;
 use crate::config::Snapshot;
 use crate::engine::neural_inputs;
 use crate::llm::{ChatRequest, Headers};
-use crate::signals::Needs;
+use crate::signals::{Needs, ABSTAIN};
 use anyhow::Context;
 use futures_util::StreamExt;
 use std::path::PathBuf;
@@ -64,33 +65,37 @@ pub async fn evaluate_signal(
     }
     let headers = Headers::new(Vec::new());
     let texts: Vec<String> = examples.iter().map(|e| e.text.clone()).collect();
-    let outcomes: Vec<anyhow::Result<(String, bool, Option<String>)>> =
-        futures_util::stream::iter(examples)
-            .map(|example| {
-                let headers = &headers;
-                async move {
-                    let body = serde_json::json!({
-                        "model": "eval",
-                        "messages": [{"role": "user", "content": example.text}],
-                    });
-                    let request = ChatRequest::parse(body.to_string().as_bytes())
-                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                    let neural = neural_inputs(snapshot, needs, &request, false).await;
-                    let result = signal.evaluate(&request, headers, &neural, &|_| None);
-                    if let Some(error) = result.error {
-                        anyhow::bail!("signal {} gave no answer: {error}", signal.name);
-                    }
-                    Ok((example.label, result.matched, result.label))
+    let outcomes: Vec<anyhow::Result<Outcome>> = futures_util::stream::iter(examples)
+        .map(|example| {
+            let headers = &headers;
+            async move {
+                let body = serde_json::json!({
+                    "model": "eval",
+                    "messages": [{"role": "user", "content": example.text}],
+                });
+                let request = ChatRequest::parse(body.to_string().as_bytes())
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                let neural = neural_inputs(snapshot, needs, &request, false).await;
+                let result = signal.evaluate(&request, headers, &neural, &|_| None);
+                if let Some(error) = result.error {
+                    anyhow::bail!("signal {} gave no answer: {error}", signal.name);
                 }
-            })
-            .buffered(options.concurrency.max(1))
-            .collect()
-            .await;
+                Ok((
+                    example.label,
+                    result.matched,
+                    result.label,
+                    result.confidence,
+                ))
+            }
+        })
+        .buffered(options.concurrency.max(1))
+        .collect()
+        .await;
     let outcomes = outcomes.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
     if options.positive.is_empty() {
         let mut labels: Vec<String> = outcomes
             .iter()
-            .flat_map(|(truth, _, predicted)| {
+            .flat_map(|(truth, _, predicted, _)| {
                 [truth.clone(), predicted.clone().unwrap_or_default()]
             })
             .collect();
@@ -99,7 +104,7 @@ pub async fn evaluate_signal(
         let index = |l: &str| labels.iter().position(|x| x == l).unwrap_or_default();
         let pairs: Vec<(usize, usize)> = outcomes
             .iter()
-            .map(|(truth, _, predicted)| {
+            .map(|(truth, _, predicted, _)| {
                 (
                     index(truth),
                     index(predicted.as_deref().unwrap_or_default()),
@@ -107,12 +112,27 @@ pub async fn evaluate_signal(
             })
             .collect();
         let mistakes = mistakes(&texts, &outcomes, |i| pairs[i].0 != pairs[i].1);
-        return Ok((Report::new(labels, &pairs), mistakes));
+        let mut report = Report::new(labels, &pairs);
+        // How well the reported confidence predicts being right, over the answers given.
+        let answered: Vec<(f32, bool)> = outcomes
+            .iter()
+            .filter(|(_, _, predicted, _)| predicted.as_deref() != Some(ABSTAIN))
+            .map(|(truth, _, predicted, confidence)| {
+                (
+                    *confidence as f32,
+                    predicted.as_deref() == Some(truth.as_str()),
+                )
+            })
+            .collect();
+        if !answered.is_empty() {
+            report.calibration_error = Some(expected_calibration_error(&answered));
+        }
+        return Ok((report, mistakes));
     }
     let positive = options.positive.join("|");
     let pairs: Vec<(usize, usize)> = outcomes
         .iter()
-        .map(|(truth, matched, _)| {
+        .map(|(truth, matched, _, _)| {
             (
                 usize::from(options.positive.contains(truth)),
                 usize::from(*matched),
@@ -126,16 +146,16 @@ pub async fn evaluate_signal(
     ))
 }
 
-fn mistakes(
-    texts: &[String],
-    outcomes: &[(String, bool, Option<String>)],
-    wrong: impl Fn(usize) -> bool,
-) -> Vec<Mistake> {
+/// What the signal did with one example: the data's label, whether it matched, its label and
+/// its confidence.
+type Outcome = (String, bool, Option<String>, f64);
+
+fn mistakes(texts: &[String], outcomes: &[Outcome], wrong: impl Fn(usize) -> bool) -> Vec<Mistake> {
     outcomes
         .iter()
         .enumerate()
         .filter(|(i, _)| wrong(*i))
-        .map(|(i, (truth, matched, label))| Mistake {
+        .map(|(i, (truth, matched, label, _))| Mistake {
             text: texts[i].clone(),
             truth: truth.clone(),
             reported: format!(

@@ -20,6 +20,8 @@ pub struct Report {
     pub per_label: Vec<(f64, f64, f64, usize)>,
     /// `confusion[truth][predicted]`.
     pub confusion: Vec<Vec<usize>>,
+    /// Expected calibration error of the reported confidence, where it was measured.
+    pub calibration_error: Option<f64>,
 }
 
 impl Report {
@@ -58,6 +60,7 @@ impl Report {
             macro_f1: present.iter().sum::<f64>() / present.len().max(1) as f64,
             per_label,
             confusion,
+            calibration_error: None,
         }
     }
 
@@ -109,6 +112,12 @@ impl fmt::Display for Report {
         for (label, row) in self.labels.iter().zip(&self.confusion) {
             let cells: Vec<String> = row.iter().map(|c| format!("{c:5}")).collect();
             writeln!(f, "{label:width$} {}", cells.join(""))?;
+        }
+        if let Some(error) = self.calibration_error {
+            writeln!(
+                f,
+                "expected calibration error of the reported confidence: {error:.4}"
+            )?;
         }
         if let Some((withheld, accuracy)) = self.selective(ABSTAIN) {
             writeln!(
