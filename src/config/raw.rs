@@ -172,8 +172,7 @@ pub struct RawClassifier {
     /// The winning label's probability must reach this; default 0.
     #[serde(default)]
     pub min_confidence: f64,
-    /// Below this top probability the signal reports the label `abstain` (which `match` may
-    /// name); default 0, never.
+    /// Below this top probability the label is `abstain` (`match` may name it); 0: never.
     #[serde(default)]
     pub abstain_below: f64,
     /// `no_match` (default), `match` or `fail` when the encoder gives no answer.

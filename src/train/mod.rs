@@ -12,9 +12,7 @@ mod ridge;
 mod router;
 mod router_fit;
 
-pub use calibrate::{
-    calibrate, confidences, expected_calibration_error, fit_temperature, Calibration,
-};
+pub use calibrate::{calibrate, Calibration};
 pub use data::{is_held_out, label_set, read_examples, Example};
 pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};
