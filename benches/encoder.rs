@@ -1,5 +1,9 @@
 //! Raw encoder cost, Candle (fp32) vs ONNX Runtime (int8), at batch 1, 8 and 32 for 64- and
 //! 256-token inputs. Needs `./scripts/fetch-models.sh`. `cargo bench --bench encoder`.
+//!
+//! A process loads one ONNX Runtime library. `MOM_BENCH_OPENVINO=1` loads the OpenVINO build
+//! (`.cache/onnxruntime-openvino/`) instead of the default one and adds the OpenVINO execution
+//! provider's lines beside its CPU provider's.
 #![allow(
     clippy::expect_used,
     reason = "a benchmark without its models should stop loudly"
@@ -36,19 +40,24 @@ fn cache(path: &str) -> PathBuf {
         .join(path)
 }
 
+fn onnx(runtime: &str, provider: &str) -> Backend {
+    Backend::Onnx {
+        model: cache("models/all-MiniLM-L6-v2-int8/model.onnx"),
+        runtime_library: cache(runtime),
+        providers: vec![provider.to_owned()],
+        require_first: true,
+    }
+}
+
 fn encoders(c: &mut Criterion) {
-    let backends = [
-        ("candle_fp32", Backend::Candle),
-        (
-            "onnx_int8",
-            Backend::Onnx {
-                model: cache("models/all-MiniLM-L6-v2-int8/model.onnx"),
-                runtime_library: cache("onnxruntime/libonnxruntime.so"),
-                providers: vec!["cpu".to_owned()],
-                require_first: false,
-            },
-        ),
-    ];
+    let mut backends = vec![("candle_fp32", Backend::Candle)];
+    if std::env::var_os("MOM_BENCH_OPENVINO").is_some() {
+        let runtime = "onnxruntime-openvino/libonnxruntime.so";
+        backends.push(("onnx_int8_ort1.24_cpu", onnx(runtime, "cpu")));
+        backends.push(("onnx_int8_ort1.24_openvino", onnx(runtime, "openvino")));
+    } else {
+        backends.push(("onnx_int8", onnx("onnxruntime/libonnxruntime.so", "cpu")));
+    }
     for (name, backend) in backends {
         let mut encoder = inference::load(&spec(backend)).expect("run ./scripts/fetch-models.sh");
         let mut group = c.benchmark_group(format!("encoder_{name}"));

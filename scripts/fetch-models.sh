@@ -4,5 +4,6 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 install_encoders
+install_openvino_runtime
 install_datasets
-say "encoders in $MOM_CACHE/models, ONNX Runtime at $ORT_DYLIB_PATH, data in $MOM_CACHE/data"
+say "encoders in $MOM_CACHE/models, ONNX Runtime at $ORT_DYLIB_PATH (with OpenVINO: $MOM_ORT_OPENVINO), data in $MOM_CACHE/data"

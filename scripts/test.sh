@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mom-router's test command (README command 2, run by .ci/run): installs the pinned Envoy, the
-# encoder models, ONNX Runtime, the labelled data, redis-server, and llama.cpp with the tiny GGUF
-# models (tests run a confidence cascade and the three protocols on them), the official
+# encoder models, ONNX Runtime (the default build and the OpenVINO one), the labelled data,
+# redis-server, and llama.cpp with the tiny GGUF models (tests run a confidence cascade and the
+# three protocols on them), the official
 # Anthropic and OpenAI SDKs, Helm and kubernetes-validate (the chart's
 # checks), checks formatting and lints, validates every Envoy config, and runs every test,
 # including the suites that drive a real Envoy and the real encoders, then a short fuzz smoke.
@@ -15,7 +16,9 @@ prune_test_binaries "$CARGO_TARGET_DIR"
 install_envoy
 say "envoy: $("$MOM_ENVOY_BIN" --version | grep -o 'version: [^ ]*')"
 install_encoders
+install_openvino_runtime
 say "encoders: all-MiniLM-L6-v2 (safetensors, int8 onnx), ONNX Runtime $ORT_DYLIB_PATH"
+say "ONNX Runtime with the OpenVINO execution provider: $MOM_ORT_OPENVINO"
 install_datasets
 install_redis
 install_llms

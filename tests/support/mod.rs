@@ -8,6 +8,7 @@
     reason = "test helpers fail loudly"
 )]
 
+pub mod encoders;
 pub mod envoy;
 pub mod fake_openai;
 pub mod jwt;
