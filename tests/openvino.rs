@@ -41,7 +41,7 @@ fn the_openvino_provider_matches_the_reference_embeddings_and_the_cpu_provider()
             "text {i}: openvino vs PyTorch {reference}"
         );
         assert!(
-            same_model > 0.999,
+            same_model > 0.9999,
             "text {i}: openvino vs cpu provider {same_model}"
         );
     }
