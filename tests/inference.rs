@@ -16,7 +16,6 @@ use mom_router::inference::{
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 use support::encoders::{cache, golden, onnx_on, settings, texts};
 
 fn candle(batch: BatchSettings) -> EncoderSpec {
