@@ -331,6 +331,8 @@ install_datasets() {
   stamp=$(cat "$MOM_ROOT/scripts/prepare_data.py" "$MOM_ROOT/heads/data/benign-chat.txt" | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$out/.recipe" 2>/dev/null)" != "$stamp" ]; then
     say "building labelled data sets in $out"
+    # The stamp goes first: a build stopped half-way must not leave new files under the old one.
+    rm -f "$out/.recipe"
     python3 "$MOM_ROOT/scripts/prepare_data.py" "$wheels" "$out" "$MOM_ROOT/heads/data/benign-chat.txt"
     echo "$stamp" > "$out/.recipe"
   fi
