@@ -54,6 +54,21 @@ fetch_wheel() {
   echo "$dir/$file"
 }
 
+# fetch_linux_wheel SPEC FILE SHA256: like fetch_wheel, for a CPython 3.11 x86_64 Linux wheel
+# (whichever Python runs the script: only the wheel's shared libraries are used).
+fetch_linux_wheel() {
+  local spec=$1 file=$2 sha=$3 dir="$MOM_CACHE/wheels"
+  mkdir -p "$dir"
+  if [ ! -f "$dir/$file" ]; then
+    say "downloading $spec from PyPI"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 -d "$dir" "$spec" >&2 || die "could not download $spec"
+  fi
+  [ -f "$dir/$file" ] || die "$spec did not produce $file"
+  check_sha256 "$dir/$file" "$sha"
+  echo "$dir/$file"
+}
+
 # install_redis: makes sure redis-server is on PATH (Debian's package; the shared-state tests
 # start their own server on a free loopback port) and exports MOM_REDIS_BIN.
 install_redis() {
@@ -251,15 +266,8 @@ install_encoders() {
   fi
   local lib="$MOM_CACHE/onnxruntime/libonnxruntime.so"
   if [ ! -f "$lib" ]; then
-    local spec=onnxruntime==1.31.1 wheels="$MOM_CACHE/wheels"
-    mkdir -p "$wheels"
-    if [ ! -f "$wheels/$ORT_WHEEL" ]; then
-      say "downloading $spec from PyPI"
-      python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-        --platform manylinux_2_28_x86_64 -d "$wheels" "$spec" >&2 || die "could not download $spec"
-    fi
-    check_sha256 "$wheels/$ORT_WHEEL" "$ORT_WHEEL_SHA256"
-    extract "$wheels/$ORT_WHEEL" onnxruntime/capi/libonnxruntime.so.1.31.1 "$lib"
+    wheel=$(fetch_linux_wheel onnxruntime==1.31.1 "$ORT_WHEEL" "$ORT_WHEEL_SHA256")
+    extract "$wheel" onnxruntime/capi/libonnxruntime.so.1.31.1 "$lib"
   fi
   export ORT_DYLIB_PATH="$lib"
 }
@@ -280,17 +288,11 @@ ORT_OPENVINO_LIBS=(
 # install_openvino_runtime: .cache/onnxruntime-openvino/libonnxruntime.so and the libraries it
 # loads; exports MOM_ORT_OPENVINO (the runtime library's path).
 install_openvino_runtime() {
-  local dir="$MOM_CACHE/onnxruntime-openvino" wheels="$MOM_CACHE/wheels" spec=onnxruntime-openvino==1.24.1 lib
+  local dir="$MOM_CACHE/onnxruntime-openvino" wheel lib
   if [ ! -f "$dir/libonnxruntime.so" ]; then
-    mkdir -p "$wheels"
-    if [ ! -f "$wheels/$ORT_OPENVINO_WHEEL" ]; then
-      say "downloading $spec from PyPI"
-      python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-        --platform manylinux_2_28_x86_64 -d "$wheels" "$spec" >&2 || die "could not download $spec"
-    fi
-    check_sha256 "$wheels/$ORT_OPENVINO_WHEEL" "$ORT_OPENVINO_WHEEL_SHA256"
+    wheel=$(fetch_linux_wheel onnxruntime-openvino==1.24.1 "$ORT_OPENVINO_WHEEL" "$ORT_OPENVINO_WHEEL_SHA256")
     for lib in "${ORT_OPENVINO_LIBS[@]}"; do
-      extract "$wheels/$ORT_OPENVINO_WHEEL" "onnxruntime/capi/$lib" "$dir/$lib"
+      extract "$wheel" "onnxruntime/capi/$lib" "$dir/$lib"
     done
     # The runtime last: its name is what marks the folder complete.
     mv "$dir/libonnxruntime.so.1.24.1" "$dir/libonnxruntime.so"

@@ -23,13 +23,7 @@ use support::signal;
 use support::stack::{ask, header, Stack};
 
 fn data(name: &str) -> PathBuf {
-    let path = support::repo().join(".cache/data").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run ./scripts/fetch-models.sh",
-        path.display()
-    );
-    path
+    support::encoders::cache(&format!("data/{name}"))
 }
 
 /// The metadata `mom-router train` wrote into a head file.
