@@ -257,6 +257,7 @@ fn trace_rows(
                 ttft_ms: if options.stream { o.ttft_ms } else { 0.0 },
                 finish_reason: o.finish_reason.clone(),
                 answer: o.answer.clone(),
+                max_tokens: Some(item.max_tokens.unwrap_or(options.max_tokens)),
             })
         })
         .collect()

@@ -41,6 +41,9 @@ pub struct TraceRow {
     /// The answer's text (its first 4 Ki characters), so a trace can be audited or regraded.
     #[serde(default)]
     pub answer: String,
+    /// The `max_tokens` the request asked for (absent in traces written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// A complete trace set: every item with one row per model, in model order.
@@ -61,6 +64,8 @@ pub struct TracedItem {
     pub kind: String,
     /// The user message.
     pub prompt: String,
+    /// The `max_tokens` it was asked with, when the traces say.
+    pub max_tokens: Option<u32>,
     /// One row per model, in [`Traces::models`] order.
     pub rows: Vec<TraceRow>,
 }
@@ -107,9 +112,12 @@ pub fn parse(text: &str) -> Result<Traces, String> {
         }
         let models = by_item.entry(row.item.clone()).or_default();
         if let Some(first) = models.values().next() {
-            if first.prompt != row.prompt || first.kind != row.kind {
+            if first.prompt != row.prompt
+                || first.kind != row.kind
+                || first.max_tokens != row.max_tokens
+            {
                 return Err(format!(
-                    "line {at} ({}): the item's prompt or kind differs from its earlier rows",
+                    "line {at} ({}): the item's prompt, kind or maxTokens differs from its earlier rows",
                     row.item
                 ));
             }
@@ -152,6 +160,7 @@ pub fn parse(text: &str) -> Result<Traces, String> {
             id,
             kind,
             prompt,
+            max_tokens: ordered[0].max_tokens,
             rows: ordered,
         });
     }
@@ -188,6 +197,7 @@ mod tests {
             ttft_ms: 0.0,
             finish_reason: "stop".to_owned(),
             answer: "an answer".to_owned(),
+            max_tokens: Some(24),
         }
     }
 
@@ -238,6 +248,10 @@ mod tests {
         let mut changed = row("1", "b", 1.0);
         changed.prompt = "another".to_owned();
         let error = parse(&to_jsonl(&[row("1", "a", 1.0), changed])).unwrap_err();
-        assert!(error.contains("prompt or kind differs"), "{error}");
+        assert!(error.contains("prompt, kind or maxTokens differs"), "{error}");
+        let mut budget = row("1", "b", 1.0);
+        budget.max_tokens = Some(256);
+        let error = parse(&to_jsonl(&[row("1", "a", 1.0), budget])).unwrap_err();
+        assert!(error.contains("maxTokens differs"), "{error}");
     }
 }
