@@ -248,7 +248,10 @@ mod tests {
         let mut changed = row("1", "b", 1.0);
         changed.prompt = "another".to_owned();
         let error = parse(&to_jsonl(&[row("1", "a", 1.0), changed])).unwrap_err();
-        assert!(error.contains("prompt, kind or maxTokens differs"), "{error}");
+        assert!(
+            error.contains("prompt, kind or maxTokens differs"),
+            "{error}"
+        );
         let mut budget = row("1", "b", 1.0);
         budget.max_tokens = Some(256);
         let error = parse(&to_jsonl(&[row("1", "a", 1.0), budget])).unwrap_err();
