@@ -64,8 +64,6 @@ pub struct TracedItem {
     pub kind: String,
     /// The user message.
     pub prompt: String,
-    /// The `max_tokens` it was asked with, when the traces say.
-    pub max_tokens: Option<u32>,
     /// One row per model, in [`Traces::models`] order.
     pub rows: Vec<TraceRow>,
 }
@@ -160,7 +158,6 @@ pub fn parse(text: &str) -> Result<Traces, String> {
             id,
             kind,
             prompt,
-            max_tokens: ordered[0].max_tokens,
             rows: ordered,
         });
     }

@@ -338,7 +338,6 @@ mod tests {
                 id: format!("{i:03}"),
                 kind: "exact".to_owned(),
                 prompt: format!("item {i}"),
-                max_tokens: None,
                 rows: vec![row("large", true, 4000.0), row("small", kind_a, 500.0)],
             });
             let jitter = (i % 7) as f32 * 0.01;
