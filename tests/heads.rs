@@ -46,7 +46,7 @@ fn sha256(path: &std::path::Path) -> String {
 #[test]
 fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
     for (head, file) in [
-        ("domain.safetensors", "domain.jsonl"),
+        ("domain.safetensors", "domain-train.jsonl"),
         ("jailbreak.safetensors", "jailbreak.jsonl"),
     ] {
         assert_eq!(sha256(&data(file)), metadata(head)["dataSha256"], "{file}");
@@ -73,7 +73,7 @@ async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
     let (report, _) = evaluate_signal(
         &snapshot,
-        &options("stem", data("domain.jsonl"), &[], Split::HeldOut(20)),
+        &options("stem", data("domain-train.jsonl"), &[], Split::HeldOut(20)),
     )
     .await
     .unwrap();
@@ -374,13 +374,13 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     .await
     .unwrap();
     assert_eq!(domain.examples, 56);
-    // Recorded 0.607 (34 of 56): natural questions are the domain head's weak spot.
-    assert!(domain.accuracy >= 0.57, "{domain}");
-    // Recorded 0.120 (0.128 before calibration): still over-confident on these questions.
+    // Recorded 0.804 (45 of 56; 0.607 before the head trained on natural questions too).
+    assert!(domain.accuracy >= 0.76, "{domain}");
+    // Recorded 0.139: still over-confident on these questions.
     let error = domain.calibration_error.unwrap();
-    assert!((0.08..=0.16).contains(&error), "{domain}");
+    assert!((0.08..=0.18).contains(&error), "{domain}");
     // Told to abstain below 0.5 (a calibrated probability), it withholds its least sure guesses:
-    // recorded 12 of 56 withheld, 0.705 right on the other 44.
+    // recorded 8 of 56 withheld, 0.854 right on the other 48.
     let abstaining = quickstart_config().replace(
         "    minConfidence: 0.5\n",
         "    minConfidence: 0.5\n    abstainBelow: 0.5\n",
@@ -393,9 +393,9 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     .await
     .unwrap();
     let (withheld, answered) = selective.selective("abstain").unwrap();
-    assert!((9..=15).contains(&withheld), "{selective}");
+    assert!((5..=11).contains(&withheld), "{selective}");
     assert!(
-        answered >= 0.66 && answered > domain.accuracy,
+        answered >= 0.80 && answered > domain.accuracy,
         "{selective}"
     );
 
