@@ -260,12 +260,11 @@ def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__)
     wheels, out, benign, questions_file = sys.argv[1:5]
-    extra = [benign]
     questions = mmlu(wheels)
     domain_rows = domain(questions)
     write(f"{out}/domain.jsonl", domain_rows)
     write(f"{out}/domain-train.jsonl", domain_rows + natural(questions_file) * NATURAL_REPEATS)
-    jailbreak_rows = jailbreak(wheels, questions, extra)
+    jailbreak_rows = jailbreak(wheels, questions, [benign])
     write(f"{out}/jailbreak.jsonl", jailbreak_rows)
     write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))
     write(f"{out}/bastion.jsonl", bastion(wheels))
