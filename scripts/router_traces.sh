@@ -23,5 +23,5 @@ python3 scripts/router_suite.py "$wheel" heads/data/router-suite.jsonl
 start_eval_stack examples/eval/config.yaml "$RUN"
 
 "$CARGO_TARGET_DIR/release/mom-router" eval --suite heads/data/router-suite.jsonl \
-  --config examples/eval/config.yaml --concurrency 3 --traces "$OUT" --out eval-out/router-traces
+  --config examples/eval/config.yaml --concurrency 3 --logprobs --traces "$OUT" --out eval-out/router-traces
 say "traces: $OUT ($(wc -l <"$OUT") rows); fixed-model scorecard: eval-out/router-traces/scorecard.md"

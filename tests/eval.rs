@@ -375,3 +375,73 @@ async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() 
         assert!(row.latency_ms - row.ttft_ms >= 290.0, "{row:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_logprobs_every_trace_row_keeps_its_answers_mean_log_probability() {
+    let stack = Stack::start_with_config(POLICY).await;
+    stack.backends["smollm2-135m"].queue(&["Paris"]);
+    stack.backends["smollm2-135m"].set_logprob(-0.25);
+    stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
+    stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.yaml");
+    std::fs::write(&config, POLICY).unwrap();
+    let suite = dir.path().join("one.jsonl");
+    std::fs::write(&suite, SUITE.lines().next().unwrap()).unwrap();
+    let (out, traces) = (dir.path().join("card"), dir.path().join("traces.jsonl"));
+    let url = stack.envoy.public_url();
+    let (out_dir, traces_path) = (out.clone(), traces.clone());
+    let run = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_mom-router"))
+            .args(["eval", "--logprobs", "--url", &url])
+            .arg("--suite")
+            .arg(&suite)
+            .arg("--config")
+            .arg(&config)
+            .arg("--out")
+            .arg(&out_dir)
+            .arg("--traces")
+            .arg(&traces_path)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for backend in stack.backends.values() {
+        for body in backend.bodies() {
+            assert_eq!(body["logprobs"], true, "{body}");
+        }
+    }
+    let traced =
+        mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap();
+    let confidences: Vec<(&str, f64)> = traced.items[0]
+        .rows
+        .iter()
+        .map(|r| (r.model.as_str(), r.confidence.expect("a confidence")))
+        .collect();
+    assert_eq!(confidences.len(), 2);
+    // The fake reports the same log-probability for every token: the mean is that value.
+    assert_eq!(confidences[0].0, "qwen2.5-coder-0.5b");
+    assert!((confidences[0].1 + 1.5).abs() < 1e-9, "{confidences:?}");
+    assert!((confidences[1].1 + 0.25).abs() < 1e-9, "{confidences:?}");
+    // Streaming and log-probabilities are not asked for together.
+    let both = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args([
+            "eval",
+            "--logprobs",
+            "--stream",
+            "--suite",
+            "x",
+            "--config",
+            "y",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2));
+}

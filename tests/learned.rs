@@ -373,7 +373,27 @@ fn fixture_traces() -> String {
     rows.iter().map(|r| format!("{r}\n")).collect()
 }
 
+/// The fixture traces with "fast"'s confidence: sure (−0.1) of its facts, unsure (−1.2) of
+/// its code.
+fn fixture_traces_with_confidence() -> String {
+    fixture_traces()
+        .lines()
+        .map(|line| {
+            let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
+            if row["model"] == "fast" {
+                let code = row["kind"] == "humaneval";
+                row["confidence"] = serde_json::json!(if code { -1.2 } else { -0.1 });
+            }
+            format!("{row}\n")
+        })
+        .collect()
+}
+
 fn train_router(traces: &Path, out: &Path) -> std::process::Output {
+    train_router_with(traces, out, &[])
+}
+
+fn train_router_with(traces: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
         .arg("train-router")
         .arg("--traces")
@@ -383,6 +403,7 @@ fn train_router(traces: &Path, out: &Path) -> std::process::Output {
         .arg("-o")
         .arg(out)
         .args(["--folds", "3", "--latency-weight", "0.1"])
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -443,6 +464,71 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         stderr.contains("item \"item-07\" has no row for model \"fast\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces.jsonl");
+    std::fs::write(&traces, fixture_traces_with_confidence()).unwrap();
+    let out = dir.path().join("router.safetensors");
+    let run = train_router_with(&traces, &out, &["--cascade", "fast>coder"]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Facts are kept (fast is right on every one), code escalates (the coder is right on
+    // every one): the cascade is right everywhere, so its most accurate threshold keeps the
+    // facts and escalates exactly the code tasks.
+    assert!(
+        stdout.contains(
+            "cascade fast>coder: fast first, coder when its mean token log-probability is below -0.100"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| fixed fast>coder | 1.000 |"), "{stdout}");
+    let head = RouterHead::load(&out).unwrap();
+    assert_eq!(head.model_names(), ["coder", "fast", "fast>coder"]);
+    let snapshot =
+        mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
+    let encoder = snapshot.encoder.clone().unwrap();
+    let predict = |text: &str, model: usize| {
+        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
+            .as_ref()
+            .clone();
+        head.predict(model, &RouterHead::input(&v, text)).unwrap()
+    };
+    // A task and a fact in the traces' shapes that the head never saw. On code the cascade
+    // pays fast's 300 ms before the coder's 2 s; on a fact it stops after fast.
+    let task = "Complete the following Python function.\n```python\ndef task_99(xs):\n    \"\"\"Return item 99.\"\"\"\n```";
+    let (coder, cascade) = (predict(task, 0), predict(task, 2));
+    assert!(
+        cascade.latency_ms > coder.latency_ms,
+        "{coder:?} {cascade:?}"
+    );
+    let fact = "What is the capital of Italy? Answer with one word only.";
+    let (coder, cascade) = (predict(fact, 0), predict(fact, 2));
+    assert!(
+        cascade.latency_ms < 0.5 * coder.latency_ms && cascade.correct > coder.correct,
+        "{coder:?} {cascade:?}"
+    );
+
+    let run = train_router_with(&traces, &out, &["--cascade", "fast>nobody"]);
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("\"nobody\" is not a model of the traces (coder, fast)"),
+        "{stderr}"
+    );
+    std::fs::write(&traces, fixture_traces()).unwrap();
+    let run = train_router_with(&traces, &out, &["--cascade", "fast>coder"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success() && stderr.contains("--logprobs"),
         "{stderr}"
     );
 }

@@ -57,6 +57,11 @@ pub struct EvalArgs {
     /// scorecard and the traces (`ttftMs`).
     #[arg(long)]
     stream: bool,
+    /// Ask every answer's token log-probabilities (`logprobs: true`) and record their mean as
+    /// the answer's `confidence` in the traces: what `train-router --cascade` simulates a
+    /// confidence cascade from.
+    #[arg(long, conflicts_with = "stream")]
+    logprobs: bool,
     /// The Python interpreter that runs HumanEval tests.
     #[arg(long, default_value = "python3")]
     python: String,
@@ -155,6 +160,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
             timeout: Duration::from_secs(args.exec_timeout_s.max(1)),
         },
         stream: args.stream,
+        logprobs: args.logprobs,
     };
     let runtime = match super::runtime(super::Threads::Workers(None)) {
         Ok(runtime) => runtime,
@@ -258,6 +264,7 @@ fn trace_rows(
                 finish_reason: o.finish_reason.clone(),
                 answer: o.answer.clone(),
                 max_tokens: Some(item.max_tokens.unwrap_or(options.max_tokens)),
+                confidence: o.confidence,
             })
         })
         .collect()

@@ -1,7 +1,7 @@
 //! `mom-router train-router`: argument shapes and the printed report; the work is in
 //! [`crate::train::train_router`].
 
-use crate::train::{self, FitSettings, Grid, Point, RouterOptions, RouterReport};
+use crate::train::{self, CascadeSpec, FitSettings, Grid, Point, RouterOptions, RouterReport};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +46,11 @@ pub struct TrainRouterArgs {
     /// Embedding cache file, reused and updated (for the same encoder only).
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// Also learn a confidence cascade as a candidate: `FIRST>THEN` (FIRST answers; THEN is
+    /// asked when FIRST's mean token log-probability is below the threshold chosen on the
+    /// training items). Needs traces recorded with `eval --logprobs`.
+    #[arg(long)]
+    cascade: Option<CascadeSpec>,
 }
 
 /// Runs `train-router`.
@@ -70,6 +75,7 @@ pub fn run(args: TrainRouterArgs) -> ExitCode {
         },
         latency_weights: args.latency_weights,
         cache: args.cache,
+        cascade: args.cascade,
     };
     match train::train_router(&options) {
         Ok(report) => super::write_stdout(&render(&report, &options)),
@@ -125,6 +131,18 @@ fn render(report: &RouterReport, options: &RouterOptions) -> String {
         text.push_str(&format!(
             "- {}: weight decay {}, out-of-fold log loss {:.3}; ridge {}\n",
             c.model, c.weight_decay, c.log_loss, c.ridge
+        ));
+    }
+    if let Some(c) = &report.cascade {
+        text.push_str(&format!(
+            "\ncascade {}: {} first, {} when its mean token log-probability is below {:.3} \
+             (chosen on the training items: accuracy {:.3}, {:.1} % escalated)\n",
+            c.name,
+            c.first,
+            c.then,
+            c.threshold,
+            c.training_accuracy,
+            c.training_escalated * 100.0
         ));
     }
     text.push_str("\nheld out (items sent to each model on the right):\n");

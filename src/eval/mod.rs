@@ -16,6 +16,7 @@ pub mod score;
 pub mod suite;
 
 use crate::config::Pricing;
+use crate::llm::logprobs;
 use futures_util::StreamExt;
 use score::Outcome;
 use serde_json::{json, Value};
@@ -46,6 +47,9 @@ pub struct Options {
     pub sandbox: sandbox::Sandbox,
     /// Ask for streamed answers (`stream: true`, usage included) and time the first chunk.
     pub stream: bool,
+    /// Ask for token log-probabilities (`logprobs: true`) and keep each answer's mean as its
+    /// confidence (not with `stream`).
+    pub logprobs: bool,
 }
 
 impl Options {
@@ -119,6 +123,9 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     if options.stream {
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
+    }
+    if options.logprobs {
+        body["logprobs"] = json!(true);
     }
     let mut outcome = Outcome {
         target: target.to_owned(),
@@ -220,6 +227,9 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         .as_str()
         .unwrap_or_default();
     outcome.answer = content.chars().take(4096).collect();
+    if options.logprobs {
+        outcome.confidence = logprobs::confidence(&answer, logprobs::Measure::AvgLogprob);
+    }
     let graded = grade::grade(item, content, &options.sandbox).await;
     outcome.score = graded.score;
     outcome.detail = graded.detail;

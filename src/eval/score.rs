@@ -47,6 +47,8 @@ pub struct Outcome {
     pub finish_reason: String,
     /// The answer's text (the first 4 KiB).
     pub answer: String,
+    /// The answer's mean token log-probability (with `logprobs` asked for and returned).
+    pub confidence: Option<f64>,
 }
 
 /// One target over the suite.
@@ -284,6 +286,7 @@ mod tests {
             steps: String::new(),
             finish_reason: "stop".to_owned(),
             answer: String::new(),
+            confidence: None,
         }
     }
 

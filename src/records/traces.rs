@@ -44,6 +44,10 @@ pub struct TraceRow {
     /// The `max_tokens` the request asked for (absent in traces written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The answer's mean token log-probability (`eval --logprobs`; absent when the model
+    /// returned none): what a confidence cascade reads to accept the answer or escalate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 /// A complete trace set: every item with one row per model, in model order.
@@ -103,6 +107,14 @@ pub fn parse(text: &str) -> Result<Traces, String> {
             return Err(format!(
                 "line {at} ({} on {}): ttftMs must be a finite number of milliseconds between 0 and latencyMs, got {}",
                 row.item, row.model, row.ttft_ms
+            ));
+        }
+        if row.confidence.is_some_and(|c| !c.is_finite() || c > 0.0) {
+            return Err(format!(
+                "line {at} ({} on {}): confidence is a mean log-probability, finite and ≤ 0, got {}",
+                row.item,
+                row.model,
+                row.confidence.unwrap_or_default()
             ));
         }
         if row.item.is_empty() || row.model.is_empty() {
@@ -195,6 +207,7 @@ mod tests {
             finish_reason: "stop".to_owned(),
             answer: "an answer".to_owned(),
             max_tokens: Some(24),
+            confidence: None,
         }
     }
 
@@ -253,5 +266,12 @@ mod tests {
         budget.max_tokens = Some(256);
         let error = parse(&to_jsonl(&[row("1", "a", 1.0), budget])).unwrap_err();
         assert!(error.contains("maxTokens differs"), "{error}");
+        let mut sure = row("1", "b", 1.0);
+        sure.confidence = Some(0.5);
+        let error = parse(&to_jsonl(&[row("1", "a", 1.0), sure])).unwrap_err();
+        assert!(
+            error.contains("confidence is a mean log-probability"),
+            "{error}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 mod cache;
 mod calibrate;
+mod cascade;
 mod data;
 mod eval;
 mod fit;
@@ -13,6 +14,7 @@ mod router;
 mod router_fit;
 
 pub use calibrate::{calibrate, Calibration};
+pub use cascade::{Cascade, CascadeSpec};
 pub use data::{is_held_out, label_set, read_examples, Example};
 pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
 pub use fit::{fit, FitSettings};

@@ -5,6 +5,7 @@
 //! on, and the report scores the held-out items only: per-model AUC and Brier score, and the
 //! routing policy at each latency weight against the best fixed model and the per-item oracle.
 
+use super::cascade::{with_cascade, Cascade, CascadeSpec};
 use super::router_fit::{fit_heads, Chosen, Grid};
 use super::{embed_all, encoder_of, is_held_out, load_config, probe_and_cache, rounded};
 use super::{sha256_file, FitSettings};
@@ -34,6 +35,9 @@ pub struct RouterOptions {
     pub latency_weights: Vec<f64>,
     /// Embedding cache file: reused (for the same encoder) and updated.
     pub cache: Option<PathBuf>,
+    /// A confidence cascade to learn as one more candidate (its threshold chosen on the
+    /// training items).
+    pub cascade: Option<CascadeSpec>,
 }
 
 /// How well one model's predictions did on the held-out items.
@@ -85,6 +89,9 @@ pub struct RouterReport {
     /// The same on the training items with out-of-fold predictions (each item predicted by
     /// heads that never saw it): where operating points are chosen.
     pub training_points: Vec<Point>,
+    /// The cascade learned as a candidate, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cascade: Option<Cascade>,
 }
 
 /// Area under the ROC curve of `scores` against `truth` (ties count half).
@@ -223,6 +230,13 @@ pub fn train_router(options: &RouterOptions) -> anyhow::Result<RouterReport> {
             options.holdout
         );
     }
+    let (traces, cascade) = match &options.cascade {
+        Some(spec) => {
+            let (extended, cascade) = with_cascade(&traces, spec, &train)?;
+            (extended, Some(cascade))
+        }
+        None => (traces, None),
+    };
     let (probe, mut cache) = probe_and_cache(&encoder, options.cache.as_deref())?;
     let prompts: Vec<String> = traces
         .items
@@ -295,6 +309,7 @@ pub fn train_router(options: &RouterOptions) -> anyhow::Result<RouterReport> {
         chosen: fitted.chosen,
         held_out_points: frontier(&traces, &predictions, &held, &options.latency_weights),
         training_points: frontier(&traces, &out_of_fold, &train, &options.latency_weights),
+        cascade,
     };
     let provenance = [
         ("tracesSha256", sha256_file(&options.traces)?),
@@ -333,6 +348,7 @@ mod tests {
                 finish_reason: "stop".to_owned(),
                 answer: String::new(),
                 max_tokens: None,
+                confidence: None,
             };
             items.push(TracedItem {
                 id: format!("{i:03}"),
