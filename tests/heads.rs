@@ -398,6 +398,16 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
         answered >= 0.80 && answered > domain.accuracy,
         "{selective}"
     );
+    // The same questions misspelt (scripts/typo_variants.py, seeded by each text): recorded
+    // 0.732 (41 of 56), 0.07 under the questions as written.
+    let (typos, _) = evaluate_signal(
+        &snapshot,
+        &options("stem", ood("domain-typos.jsonl"), &[], Split::All),
+    )
+    .await
+    .unwrap();
+    assert_eq!(typos.examples, 56);
+    assert!(typos.accuracy >= 0.69, "{typos}");
 
     let (jailbreak, _) = evaluate_signal(
         &snapshot,
@@ -517,4 +527,35 @@ fn calibration_refuses_windowed_heads() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("--calibrate"), "{stderr}");
     assert!(stderr.contains("window"), "{stderr}");
+}
+
+#[test]
+fn the_misspelt_questions_are_what_the_seeded_script_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join("typos.jsonl");
+    let run = std::process::Command::new("python3")
+        .arg(support::repo().join("scripts/typo_variants.py"))
+        .arg(ood("domain.jsonl"))
+        .arg(&written)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let committed = std::fs::read_to_string(ood("domain-typos.jsonl")).unwrap();
+    let again = std::fs::read_to_string(&written).unwrap();
+    assert_eq!(again, committed);
+    // Every question changed, and each keeps its label.
+    let original = std::fs::read_to_string(ood("domain.jsonl")).unwrap();
+    assert_eq!(original.lines().count(), committed.lines().count());
+    for (a, b) in original.lines().zip(committed.lines()) {
+        let (a, b): (Value, Value) = (
+            serde_json::from_str(a).unwrap(),
+            serde_json::from_str(b).unwrap(),
+        );
+        assert_ne!(a["text"], b["text"]);
+        assert_eq!(a["label"], b["label"]);
+    }
 }
