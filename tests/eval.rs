@@ -11,7 +11,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::stack::Stack;
 
@@ -316,11 +316,9 @@ fn unusable_inputs_are_refused_with_exit_2() {
     assert!(!dir.path().join("out").exists());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() {
-    let stack = Stack::start_with_config(POLICY).await;
-    stack.backends["smollm2-135m"].queue(&["Paris"]);
-    stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
+/// Runs `eval FLAG --traces` on the suite's first item through `stack` (which must exit 0);
+/// returns the directory that holds the traces and their path.
+async fn eval_first_item(stack: &Stack, flag: &'static str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("policy.yaml");
     std::fs::write(&config, POLICY).unwrap();
@@ -328,16 +326,16 @@ async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() 
     std::fs::write(&suite, SUITE.lines().next().unwrap()).unwrap();
     let (out, traces) = (dir.path().join("card"), dir.path().join("traces.jsonl"));
     let url = stack.envoy.public_url();
-    let (out_dir, traces_path) = (out.clone(), traces.clone());
+    let traces_path = traces.clone();
     let run = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_mom-router"))
-            .args(["eval", "--stream", "--url", &url])
+            .args(["eval", flag, "--url", &url])
             .arg("--suite")
             .arg(&suite)
             .arg("--config")
             .arg(&config)
             .arg("--out")
-            .arg(&out_dir)
+            .arg(&out)
             .arg("--traces")
             .arg(&traces_path)
             .output()
@@ -351,6 +349,15 @@ async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() 
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    (dir, traces)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() {
+    let stack = Stack::start_with_config(POLICY).await;
+    stack.backends["smollm2-135m"].queue(&["Paris"]);
+    stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
+    let (_dir, traces) = eval_first_item(&stack, "--stream").await;
     // Every request asked for a stream, and the backends answered with one.
     for backend in stack.backends.values() {
         for body in backend.bodies() {
@@ -383,36 +390,7 @@ async fn with_logprobs_every_trace_row_keeps_its_answers_mean_log_probability() 
     stack.backends["smollm2-135m"].set_logprob(-0.25);
     stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
     stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("policy.yaml");
-    std::fs::write(&config, POLICY).unwrap();
-    let suite = dir.path().join("one.jsonl");
-    std::fs::write(&suite, SUITE.lines().next().unwrap()).unwrap();
-    let (out, traces) = (dir.path().join("card"), dir.path().join("traces.jsonl"));
-    let url = stack.envoy.public_url();
-    let (out_dir, traces_path) = (out.clone(), traces.clone());
-    let run = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_mom-router"))
-            .args(["eval", "--logprobs", "--url", &url])
-            .arg("--suite")
-            .arg(&suite)
-            .arg("--config")
-            .arg(&config)
-            .arg("--out")
-            .arg(&out_dir)
-            .arg("--traces")
-            .arg(&traces_path)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let (_dir, traces) = eval_first_item(&stack, "--logprobs").await;
     for backend in stack.backends.values() {
         for body in backend.bodies() {
             assert_eq!(body["logprobs"], true, "{body}");

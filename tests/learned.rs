@@ -389,6 +389,20 @@ fn fixture_traces_with_confidence() -> String {
         .collect()
 }
 
+/// What a head predicts for model `index` on `text`, embedded by the training encoder
+/// (heads/train.yaml's).
+fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Prediction {
+    let snapshot =
+        mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
+    let encoder = snapshot.encoder.clone().unwrap();
+    move |head, text, index| {
+        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
+            .as_ref()
+            .clone();
+        head.predict(index, &RouterHead::input(&v, text)).unwrap()
+    }
+}
+
 fn train_router(traces: &Path, out: &Path) -> std::process::Output {
     train_router_with(traces, out, &[])
 }
@@ -429,19 +443,8 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
     assert_eq!(head.model_names(), ["coder", "fast"]);
     // Predictions on texts the head never saw follow the traces: facts to "fast", code to
     // "coder", and the cost heads know who is slow.
-    let snapshot =
-        mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
-    let encoder = snapshot.encoder.clone().unwrap();
-    let predict = |text: &str| {
-        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
-            .as_ref()
-            .clone();
-        let input = RouterHead::input(&v, text);
-        (
-            head.predict(0, &input).unwrap(),
-            head.predict(1, &input).unwrap(),
-        )
-    };
+    let predictor = predictor();
+    let predict = |text: &str| (predictor(&head, text, 0), predictor(&head, text, 1));
     let (coder, fast) = predict("What is the capital of Italy? Answer with one word only.");
     assert!(fast.correct > coder.correct, "{fast:?} {coder:?}");
     assert!(
@@ -493,15 +496,8 @@ fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence()
     assert!(stdout.contains("| fixed fast>coder | 1.000 |"), "{stdout}");
     let head = RouterHead::load(&out).unwrap();
     assert_eq!(head.model_names(), ["coder", "fast", "fast>coder"]);
-    let snapshot =
-        mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
-    let encoder = snapshot.encoder.clone().unwrap();
-    let predict = |text: &str, model: usize| {
-        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
-            .as_ref()
-            .clone();
-        head.predict(model, &RouterHead::input(&v, text)).unwrap()
-    };
+    let predictor = predictor();
+    let predict = |text: &str, model: usize| predictor(&head, text, model);
     // A task and a fact in the traces' shapes that the head never saw. On code the cascade
     // pays fast's 300 ms before the coder's 2 s; on a fact it stops after fast.
     let task = "Complete the following Python function.\n```python\ndef task_99(xs):\n    \"\"\"Return item 99.\"\"\"\n```";

@@ -47,8 +47,9 @@ pub struct TrainRouterArgs {
     #[arg(long)]
     cache: Option<PathBuf>,
     /// Also learn a confidence cascade as a candidate: `FIRST>THEN` (FIRST answers; THEN is
-    /// asked when FIRST's mean token log-probability is below the threshold chosen on the
-    /// training items). Needs traces recorded with `eval --logprobs`.
+    /// asked when FIRST's mean token log-probability is below the threshold most accurate on
+    /// the training items) or `FIRST>THEN@THRESHOLD` (that threshold). Needs traces recorded
+    /// with `eval --logprobs`.
     #[arg(long)]
     cascade: Option<CascadeSpec>,
 }
@@ -136,7 +137,7 @@ fn render(report: &RouterReport, options: &RouterOptions) -> String {
     if let Some(c) = &report.cascade {
         text.push_str(&format!(
             "\ncascade {}: {} first, {} when its mean token log-probability is below {:.3} \
-             (chosen on the training items: accuracy {:.3}, {:.1} % escalated)\n",
+             (on the training items at that threshold: accuracy {:.3}, {:.1} % escalated)\n",
             c.name,
             c.first,
             c.then,

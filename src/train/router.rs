@@ -35,8 +35,8 @@ pub struct RouterOptions {
     pub latency_weights: Vec<f64>,
     /// Embedding cache file: reused (for the same encoder) and updated.
     pub cache: Option<PathBuf>,
-    /// A confidence cascade to learn as one more candidate (its threshold chosen on the
-    /// training items).
+    /// A confidence cascade to learn as one more candidate (its threshold given, or chosen on
+    /// the training items).
     pub cascade: Option<CascadeSpec>,
 }
 
