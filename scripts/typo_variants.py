@@ -26,13 +26,11 @@ def misspell(text, rng):
                 out += [chars[i + 1], c]
                 i += 2
                 continue
-            if edit == 1:
-                pass
-            elif edit == 2:
+            if edit == 2:
                 out += [c, c]
-            else:
+            elif edit != 1:  # a replacement (3, or a swap with no letter after)
                 out.append(rng.choice(LETTERS))
-            i += 1
+            i += 1  # edit 1 drops the letter
             continue
         out.append(c)
         i += 1

@@ -403,11 +403,7 @@ fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Pr
     }
 }
 
-fn train_router(traces: &Path, out: &Path) -> std::process::Output {
-    train_router_with(traces, out, &[])
-}
-
-fn train_router_with(traces: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+fn train_router(traces: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
         .arg("train-router")
         .arg("--traces")
@@ -422,19 +418,24 @@ fn train_router_with(traces: &Path, out: &Path, extra: &[&str]) -> std::process:
         .unwrap()
 }
 
+/// `train_router`, which must succeed: its report.
+fn trained(traces: &Path, out: &Path, extra: &[&str]) -> String {
+    let run = train_router(traces, out, extra);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    String::from_utf8_lossy(&run.stdout).into_owned()
+}
+
 #[test]
 fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
     let dir = tempfile::tempdir().unwrap();
     let traces = dir.path().join("traces.jsonl");
     std::fs::write(&traces, fixture_traces()).unwrap();
     let out = dir.path().join("router.safetensors");
-    let run = train_router(&traces, &out);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = trained(&traces, &out, &[]);
     assert!(
         stdout.contains("| oracle |") && stdout.contains("| learned λ=0.1 |"),
         "{stdout}"
@@ -462,7 +463,7 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&traces, broken).unwrap();
-    let run = train_router(&traces, &dir.path().join("other.safetensors"));
+    let run = train_router(&traces, &dir.path().join("other.safetensors"), &[]);
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -477,13 +478,7 @@ fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence()
     let traces = dir.path().join("traces.jsonl");
     std::fs::write(&traces, fixture_traces_with_confidence()).unwrap();
     let out = dir.path().join("router.safetensors");
-    let run = train_router_with(&traces, &out, &["--cascade", "fast>coder"]);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = trained(&traces, &out, &["--cascade", "fast>coder"]);
     // Facts are kept (fast is right on every one), code escalates (the coder is right on
     // every one): the cascade is right everywhere, so its most accurate threshold keeps the
     // facts and escalates exactly the code tasks.
@@ -513,7 +508,7 @@ fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence()
         "{coder:?} {cascade:?}"
     );
 
-    let run = train_router_with(&traces, &out, &["--cascade", "fast>nobody"]);
+    let run = train_router(&traces, &out, &["--cascade", "fast>nobody"]);
     assert!(!run.status.success());
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -521,7 +516,7 @@ fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence()
         "{stderr}"
     );
     std::fs::write(&traces, fixture_traces()).unwrap();
-    let run = train_router_with(&traces, &out, &["--cascade", "fast>coder"]);
+    let run = train_router(&traces, &out, &["--cascade", "fast>coder"]);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         !run.status.success() && stderr.contains("--logprobs"),

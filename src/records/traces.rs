@@ -109,12 +109,10 @@ pub fn parse(text: &str) -> Result<Traces, String> {
                 row.item, row.model, row.ttft_ms
             ));
         }
-        if row.confidence.is_some_and(|c| !c.is_finite() || c > 0.0) {
+        if let Some(c) = row.confidence.filter(|c| !c.is_finite() || *c > 0.0) {
             return Err(format!(
-                "line {at} ({} on {}): confidence is a mean log-probability, finite and ≤ 0, got {}",
-                row.item,
-                row.model,
-                row.confidence.unwrap_or_default()
+                "line {at} ({} on {}): confidence is a mean log-probability, finite and ≤ 0, got {c}",
+                row.item, row.model
             ));
         }
         if row.item.is_empty() || row.model.is_empty() {

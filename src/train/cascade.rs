@@ -82,10 +82,16 @@ pub struct Cascade {
     pub training_escalated: f64,
 }
 
+/// Whether the cascade keeps FIRST's answer `row` at `threshold` (a row without a confidence
+/// escalates).
+fn keeps(row: &TraceRow, threshold: f64) -> bool {
+    row.confidence.is_some_and(|c| c >= threshold)
+}
+
 /// The cascade's row on one item at `threshold`.
 fn simulate(item: &TracedItem, name: &str, first: usize, then: usize, threshold: f64) -> TraceRow {
     let (a, b) = (&item.rows[first], &item.rows[then]);
-    let kept = a.confidence.is_some_and(|c| c >= threshold);
+    let kept = keeps(a, threshold);
     let answered = if kept { a } else { b };
     let both = |x: u64, y: u64| if kept { x } else { x + y };
     TraceRow {
@@ -117,7 +123,7 @@ fn tally(
 ) -> (usize, usize) {
     split.iter().fold((0, 0), |(right, escalated), &i| {
         let rows = &traces.items[i].rows;
-        let kept = rows[first].confidence.is_some_and(|c| c >= threshold);
+        let kept = keeps(&rows[first], threshold);
         let passed = if kept {
             rows[first].passed
         } else {
