@@ -7,7 +7,8 @@
 #
 #   ./scripts/router_eval.sh [OUT]      (scorecard and gate verdicts, default eval-out/router-held-out)
 #
-# CONCURRENCY (default 3) requests in flight; IDENTITIES (default all five) to score.
+# CONCURRENCY (default 3) requests in flight; IDENTITIES (default all five) to score; FIXED
+# (default every configured model) the fixed models to compare with.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -22,9 +23,10 @@ start_eval_stack examples/eval/config.yaml "$RUN"
 IDENTITIES=${IDENTITIES:-mom/auto mom/flash mom/light mom/ultra mom/cascade}
 args=()
 for identity in $IDENTITIES; do args+=(--identity "$identity"); done
+for model in ${FIXED:-}; do args+=(--fixed "$model"); done
 gate=(--gate examples/eval/gate.yaml)
-# The gate names every identity; a partial run is scored without it.
-[ "$IDENTITIES" = "mom/auto mom/flash mom/light mom/ultra mom/cascade" ] || gate=()
+# The gate names every identity and compares with every model; a partial run is scored without it.
+[ "$IDENTITIES" = "mom/auto mom/flash mom/light mom/ultra mom/cascade" ] && [ -z "${FIXED:-}" ] || gate=()
 "$CARGO_TARGET_DIR/release/mom-router" eval --suite heads/data/router-suite.jsonl --held-out 25 \
   --config examples/eval/config.yaml "${args[@]}" --concurrency "${CONCURRENCY:-3}" \
   "${gate[@]}" --out "$OUT"

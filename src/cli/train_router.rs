@@ -38,7 +38,7 @@ pub struct TrainRouterArgs {
     #[arg(long, default_value_t = 5)]
     folds: usize,
     /// Latency weights (per predicted second) to place on the frontier in the report.
-    #[arg(long = "latency-weight", default_values_t = [0.0, 0.005, 0.01, 0.011, 0.0125, 0.0135, 0.015, 0.02, 0.03, 0.05, 0.1, 0.5])]
+    #[arg(long = "latency-weight", default_values_t = [0.0, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.011, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.5])]
     latency_weights: Vec<f64>,
     /// Seed of the initial weights.
     #[arg(long, default_value_t = 7)]
