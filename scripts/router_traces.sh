@@ -10,7 +10,8 @@
 #       OUT defaults to heads/data/router-traces.jsonl; the scorecard of the fixed models goes to
 #       eval-out/router-traces. With --extend, OUT's rows are kept and only the suite's items
 #       that have no row in OUT are asked (their rows are appended): how items added to the
-#       suite join the traces without asking every model everything again.
+#       suite join the traces without asking every model everything again (the scorecard then
+#       covers the new items only).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
