@@ -10,8 +10,9 @@
 
 mod support;
 
+use mom_router::records::traces::Traces;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use support::stack::Stack;
 
@@ -316,9 +317,10 @@ fn unusable_inputs_are_refused_with_exit_2() {
     assert!(!dir.path().join("out").exists());
 }
 
-/// Runs `eval FLAG --traces` on the suite's first item through `stack` (which must exit 0);
-/// returns the directory that holds the traces and their path.
-async fn eval_first_item(stack: &Stack, flag: &'static str) -> (tempfile::TempDir, PathBuf) {
+/// Runs `eval FLAG --traces` on the suite's first item through `stack` (which must exit 0),
+/// checks that every request the backends saw asked for what FLAG names (`--stream` sets
+/// `stream: true`, `--logprobs` sets `logprobs: true`), and returns the parsed traces.
+async fn eval_first_item(stack: &Stack, flag: &'static str) -> Traces {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("policy.yaml");
     std::fs::write(&config, POLICY).unwrap();
@@ -349,7 +351,13 @@ async fn eval_first_item(stack: &Stack, flag: &'static str) -> (tempfile::TempDi
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    (dir, traces)
+    let field = flag.trim_start_matches("--");
+    for backend in stack.backends.values() {
+        for body in backend.bodies() {
+            assert_eq!(body[field], true, "{body}");
+        }
+    }
+    mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,15 +365,8 @@ async fn a_streamed_run_grades_the_assembled_answer_and_times_its_first_chunk() 
     let stack = Stack::start_with_config(POLICY).await;
     stack.backends["smollm2-135m"].queue(&["Paris"]);
     stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
-    let (_dir, traces) = eval_first_item(&stack, "--stream").await;
     // Every request asked for a stream, and the backends answered with one.
-    for backend in stack.backends.values() {
-        for body in backend.bodies() {
-            assert_eq!(body["stream"], true, "{body}");
-        }
-    }
-    let traced =
-        mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap();
+    let traced = eval_first_item(&stack, "--stream").await;
     let rows = &traced.items[0].rows;
     // The coder's streamed "in Lyon" is wrong, SmolLM2's "Paris" right: graded assembled.
     assert_eq!(
@@ -390,14 +391,7 @@ async fn with_logprobs_every_trace_row_keeps_its_answers_mean_log_probability() 
     stack.backends["smollm2-135m"].set_logprob(-0.25);
     stack.backends["qwen2.5-coder-0.5b"].queue(&["in Lyon"]);
     stack.backends["qwen2.5-coder-0.5b"].set_logprob(-1.5);
-    let (_dir, traces) = eval_first_item(&stack, "--logprobs").await;
-    for backend in stack.backends.values() {
-        for body in backend.bodies() {
-            assert_eq!(body["logprobs"], true, "{body}");
-        }
-    }
-    let traced =
-        mom_router::records::traces::parse(&std::fs::read_to_string(&traces).unwrap()).unwrap();
+    let traced = eval_first_item(&stack, "--logprobs").await;
     let confidences: Vec<(&str, f64)> = traced.items[0]
         .rows
         .iter()

@@ -13,8 +13,9 @@
 mod support;
 
 use mom_router::config::compile_str;
+use mom_router::config::Snapshot;
 use mom_router::inference::Head;
-use mom_router::train::{evaluate_signal, EvalOptions, Split};
+use mom_router::train::{evaluate_signal, EvalOptions, Report, Split};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -58,25 +59,35 @@ fn ood(name: &str) -> PathBuf {
     support::repo().join("heads/data/ood").join(name)
 }
 
-fn options(signal: &str, data: PathBuf, positive: &[&str], split: Split) -> EvalOptions {
-    EvalOptions {
+/// `signal` of `snapshot` scored on `data` exactly as the router runs it (`eval-signal`).
+async fn score(
+    snapshot: &Snapshot,
+    signal: &str,
+    data: PathBuf,
+    positive: &[&str],
+    split: Split,
+) -> Report {
+    let options = EvalOptions {
         signal: signal.to_owned(),
         data,
         positive: positive.iter().map(|p| (*p).to_owned()).collect(),
         split,
         concurrency: 32,
-    }
+    };
+    evaluate_signal(snapshot, &options).await.unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let (report, _) = evaluate_signal(
+    let report = score(
         &snapshot,
-        &options("stem", data("domain-train.jsonl"), &[], Split::HeldOut(20)),
+        "stem",
+        data("domain-train.jsonl"),
+        &[],
+        Split::HeldOut(20),
     )
-    .await
-    .unwrap();
+    .await;
     let recorded = recorded("domain.safetensors");
     assert_eq!(
         report.examples as u64,
@@ -95,17 +106,14 @@ async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let (held_out, _) = evaluate_signal(
+    let held_out = score(
         &snapshot,
-        &options(
-            "jailbreak",
-            data("jailbreak.jsonl"),
-            &["jailbreak"],
-            Split::HeldOut(20),
-        ),
+        "jailbreak",
+        data("jailbreak.jsonl"),
+        &["jailbreak"],
+        Split::HeldOut(20),
     )
-    .await
-    .unwrap();
+    .await;
     // Like with like: the signal's macro-F1 against the head's recorded macro-F1 (the signal adds
     // the pattern rules, so it may score a little differently, not much lower).
     let macro_f1 = held_out.macro_f1;
@@ -123,17 +131,14 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
         "F1 {f1} vs recorded macro-F1 {recorded_f1}\n{held_out}"
     );
     // bastioncorpus is never trained on; 0.929 was measured for the shipped head and rules.
-    let (bastion, _) = evaluate_signal(
+    let bastion = score(
         &snapshot,
-        &options(
-            "jailbreak",
-            data("bastion.jsonl"),
-            &["malicious"],
-            Split::All,
-        ),
+        "jailbreak",
+        data("bastion.jsonl"),
+        &["malicious"],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(bastion.examples, 181);
     let f1 = bastion.f1_of("malicious").unwrap();
     assert!(f1 >= 0.91, "bastioncorpus F1 {f1}\n{bastion}");
@@ -349,12 +354,14 @@ async fn one_forward_serves_the_embedding_and_the_windows_of_a_one_message_reque
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let (report, _) = evaluate_signal(
+    let report = score(
         &snapshot,
-        &options("personal_data", data("pii.jsonl"), &["pii"], Split::All),
+        "personal_data",
+        data("pii.jsonl"),
+        &["pii"],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(report.examples, 410);
     // Measured 0.903 (precision 0.875, recall 0.933) with Rampart plus the validated detectors;
     // the detectors alone reach 0.35 (they see no names or addresses).
@@ -367,12 +374,7 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let (domain, _) = evaluate_signal(
-        &snapshot,
-        &options("stem", ood("domain.jsonl"), &[], Split::All),
-    )
-    .await
-    .unwrap();
+    let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
     assert_eq!(domain.examples, 56);
     // Recorded 0.804 (45 of 56; 0.607 before the head trained on natural questions too).
     assert!(domain.accuracy >= 0.76, "{domain}");
@@ -386,12 +388,14 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
         "    minConfidence: 0.5\n    abstainBelow: 0.5\n",
     );
     assert!(abstaining.contains("abstainBelow"), "the stem signal moved");
-    let (selective, _) = evaluate_signal(
+    let selective = score(
         &compile_str(&abstaining).unwrap(),
-        &options("stem", ood("domain.jsonl"), &[], Split::All),
+        "stem",
+        ood("domain.jsonl"),
+        &[],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     let (withheld, answered) = selective.selective("abstain").unwrap();
     assert!((5..=11).contains(&withheld), "{selective}");
     assert!(
@@ -400,37 +404,38 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     );
     // The same questions misspelt (scripts/typo_variants.py, seeded by each text): recorded
     // 0.732 (41 of 56), 0.07 under the questions as written.
-    let (typos, _) = evaluate_signal(
+    let typos = score(
         &snapshot,
-        &options("stem", ood("domain-typos.jsonl"), &[], Split::All),
+        "stem",
+        ood("domain-typos.jsonl"),
+        &[],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(typos.examples, 56);
     assert!(typos.accuracy >= 0.69, "{typos}");
 
-    let (jailbreak, _) = evaluate_signal(
+    let jailbreak = score(
         &snapshot,
-        &options(
-            "jailbreak",
-            ood("jailbreak.jsonl"),
-            &["jailbreak"],
-            Split::All,
-        ),
+        "jailbreak",
+        ood("jailbreak.jsonl"),
+        &["jailbreak"],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(jailbreak.examples, 40);
     // Recorded F1 0.829 with 4 of the 20 benign look-alikes flagged.
     let f1 = jailbreak.f1_of("jailbreak").unwrap();
     assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
 
-    let (pii, _) = evaluate_signal(
+    let pii = score(
         &snapshot,
-        &options("personal_data", ood("pii.jsonl"), &["pii"], Split::All),
+        "personal_data",
+        ood("pii.jsonl"),
+        &["pii"],
+        Split::All,
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(pii.examples, 30);
     // Recorded F1 0.974: one Italian sentence naming only a person is missed.
     let f1 = pii.f1_of("pii").unwrap();

@@ -19,7 +19,7 @@ use mom_router::inference::{Dense, ModelHeads, RouterHead, PROBE_TEXT, ROUTER_FE
 use mom_router::llm::Headers;
 use mom_router::state::{Outcome, Run};
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use support::stack::ask;
 
 fn encoder_section() -> String {
@@ -77,6 +77,15 @@ fn head(probe: Vec<f32>, names: [&str; 2]) -> RouterHead {
     }
 }
 
+/// A fresh directory holding `router.safetensors`: the toy head over SmolLM2 and the coder.
+fn dir_with_head() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
+        .save(&dir.path().join("router.safetensors"), &[])
+        .unwrap();
+    dir
+}
+
 fn policy(dir: &Path, algorithms: &[&str]) -> String {
     let decisions: Vec<String> = algorithms
         .iter()
@@ -132,10 +141,7 @@ const CODE: &str = "Fix this:\n```python\ndef f(x):\n    return x +\n```";
 
 #[tokio::test]
 async fn learned_routes_to_the_largest_hand_computed_utility() {
-    let dir = tempfile::tempdir().unwrap();
-    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
-        .save(&dir.path().join("router.safetensors"), &[])
-        .unwrap();
+    let dir = dir_with_head();
     let config = policy(dir.path(), &["latencyWeight: 0.05"]);
     let plain = explain(&config, "mom/i0", PLAIN).await;
     assert_eq!(plain["model"], "smollm2-135m", "{plain:#}");
@@ -164,10 +170,7 @@ async fn learned_routes_to_the_largest_hand_computed_utility() {
 
 #[tokio::test]
 async fn reported_outcomes_move_the_learned_p_within_its_bound() {
-    let dir = tempfile::tempdir().unwrap();
-    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
-        .save(&dir.path().join("router.safetensors"), &[])
-        .unwrap();
+    let dir = dir_with_head();
     let config = policy(dir.path(), &["latencyWeight: 0.05"]);
     let snapshot = compile_str(&config).unwrap();
     let services = engine::Services::offline(&snapshot);
@@ -219,10 +222,7 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
 
 #[test]
 fn replay_shows_which_models_a_retrained_head_would_change() {
-    let dir = tempfile::tempdir().unwrap();
-    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
-        .save(&dir.path().join("router.safetensors"), &[])
-        .unwrap();
+    let dir = dir_with_head();
     let snapshot = compile_str(&policy(dir.path(), &["latencyWeight: 0.05"])).unwrap();
     // Records as an older head served them: both to SmolLM2, one without its prompt.
     let record = |id: &str, prompt: Option<&str>| {
@@ -269,10 +269,7 @@ fn replay_shows_which_models_a_retrained_head_would_change() {
 
 #[tokio::test]
 async fn each_operating_point_moves_the_choice() {
-    let dir = tempfile::tempdir().unwrap();
-    head(probe(), ["smollm2-135m", "qwen2.5-coder-0.5b"])
-        .save(&dir.path().join("router.safetensors"), &[])
-        .unwrap();
+    let dir = dir_with_head();
     let config = policy(
         dir.path(),
         &[
@@ -403,6 +400,16 @@ fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Pr
     }
 }
 
+/// A fresh directory with `text` written as `traces.jsonl`; returns it, that file and where a
+/// head trained from it goes.
+fn traces_dir(text: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces.jsonl");
+    std::fs::write(&traces, text).unwrap();
+    let out = dir.path().join("router.safetensors");
+    (dir, traces, out)
+}
+
 fn train_router(traces: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_mom-router"))
         .arg("train-router")
@@ -431,10 +438,7 @@ fn trained(traces: &Path, out: &Path, extra: &[&str]) -> String {
 
 #[test]
 fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
-    let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces.jsonl");
-    std::fs::write(&traces, fixture_traces()).unwrap();
-    let out = dir.path().join("router.safetensors");
+    let (dir, traces, out) = traces_dir(&fixture_traces());
     let stdout = trained(&traces, &out, &[]);
     assert!(
         stdout.contains("| oracle |") && stdout.contains("| learned λ=0.1 |"),
@@ -474,10 +478,7 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
 
 #[test]
 fn a_cascade_is_learned_as_one_more_candidate_from_the_first_models_confidence() {
-    let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("traces.jsonl");
-    std::fs::write(&traces, fixture_traces_with_confidence()).unwrap();
-    let out = dir.path().join("router.safetensors");
+    let (_dir, traces, out) = traces_dir(&fixture_traces_with_confidence());
     let stdout = trained(&traces, &out, &["--cascade", "fast>coder"]);
     // Facts are kept (fast is right on every one), code escalates (the coder is right on
     // every one): the cascade is right everywhere, so its most accurate threshold keeps the
