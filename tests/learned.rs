@@ -15,7 +15,9 @@ mod support;
 use mom_router::cli::explain_json;
 use mom_router::config::compile_str;
 use mom_router::engine;
-use mom_router::inference::{Dense, ModelHeads, RouterHead, PROBE_TEXT, ROUTER_FEATURES};
+use mom_router::inference::{
+    crossed_width, kind_input_width, Dense, ModelHeads, RouterHead, PROBE_TEXT,
+};
 use mom_router::llm::Headers;
 use mom_router::state::{Outcome, Run};
 use serde_json::Value;
@@ -43,12 +45,13 @@ fn probe() -> Vec<f32> {
         .clone()
 }
 
-/// P(correct) logits and ln-latency that read only the code-fence feature: the small model is
-/// right with probability sigmoid(1) ≈ 0.731 on plain text and sigmoid(−3) ≈ 0.047 on code, in
-/// 500 ms; the coder with sigmoid(1.5) ≈ 0.818 on both, in 3 s.
+/// One request kind, and P(correct) logits and ln-latency that read only the code-fence
+/// feature: the small model is right with probability sigmoid(1) ≈ 0.731 on plain text and
+/// sigmoid(−3) ≈ 0.047 on code, in 500 ms; the coder with sigmoid(1.5) ≈ 0.818 on both, in 3 s.
 fn head(probe: Vec<f32>, names: [&str; 2]) -> RouterHead {
-    let inputs = probe.len() + ROUTER_FEATURES.len();
-    let fence = probe.len() + 1;
+    // The crossed input of one kind is [1, cheap features…]; the code fence is feature 1.
+    let inputs = crossed_width(1);
+    let fence = 2;
     let model = |name: &str, right: f32, on_code: f32, latency_ms: f32| {
         let mut weight = vec![0.0; 2 * inputs];
         weight[inputs + fence] = on_code;
@@ -67,6 +70,12 @@ fn head(probe: Vec<f32>, names: [&str; 2]) -> RouterHead {
         }
     };
     RouterHead {
+        kinds: vec!["any".to_owned()],
+        kind: Dense {
+            weight: vec![0.0; kind_input_width(probe.len())],
+            bias: vec![0.0],
+            inputs: kind_input_width(probe.len()),
+        },
         models: vec![
             model(names[0], 1.0, -4.0, 500.0),
             model(names[1], 1.5, 0.0, 3000.0),
@@ -396,7 +405,7 @@ fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Pr
         let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
             .as_ref()
             .clone();
-        head.predict(index, &RouterHead::input(&v, text)).unwrap()
+        head.predict(index, &head.input(&v, text)).unwrap()
     }
 }
 

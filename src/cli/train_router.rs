@@ -31,6 +31,9 @@ pub struct TrainRouterArgs {
     /// AdamW weight decays tried for the P(correct) heads (cross-validated per model).
     #[arg(long = "weight-decay", default_values_t = [0.01, 0.1, 0.3, 1.0, 3.0, 10.0])]
     weight_decays: Vec<f64>,
+    /// AdamW weight decay of the request-kind classifier (the head's first stage).
+    #[arg(long, default_value_t = 0.1)]
+    kind_weight_decay: f64,
     /// L2 penalties tried for the latency and token regressions (cross-validated per model).
     #[arg(long = "ridge", default_values_t = [0.1, 1.0, 10.0, 100.0])]
     ridges: Vec<f64>,
@@ -38,7 +41,7 @@ pub struct TrainRouterArgs {
     #[arg(long, default_value_t = 5)]
     folds: usize,
     /// Latency weights (per predicted second) to place on the frontier in the report.
-    #[arg(long = "latency-weight", default_values_t = [0.0, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.011, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.5])]
+    #[arg(long = "latency-weight", default_values_t = [0.0, 0.002, 0.003, 0.005, 0.0075, 0.0085, 0.01, 0.0125, 0.015, 0.02, 0.03, 0.05, 0.1, 0.5])]
     latency_weights: Vec<f64>,
     /// Seed of the initial weights.
     #[arg(long, default_value_t = 7)]
@@ -74,6 +77,7 @@ pub fn run(args: TrainRouterArgs) -> ExitCode {
             ridges: args.ridges,
             folds: args.folds,
         },
+        kind_weight_decay: args.kind_weight_decay,
         latency_weights: args.latency_weights,
         cache: args.cache,
         cascade: args.cascade,
@@ -114,12 +118,15 @@ fn table(points: &[Point], models: &[String]) -> String {
 
 fn render(report: &RouterReport, options: &RouterOptions) -> String {
     let mut text = format!(
-        "wrote {}\ntrained on {} items; held out {} ({}% by id hash)\n\nper model, held out:\n\
+        "wrote {}\ntrained on {} items; held out {} ({}% by id hash)\n\
+         request kinds: {} (held out, predicted kind right: {:.3})\n\nper model, held out:\n\
          | model | accuracy | AUC | Brier | latency rel. error |\n|---|---:|---:|---:|---:|\n",
         options.out.display(),
         report.trained,
         report.held_out,
-        options.holdout
+        options.holdout,
+        report.kinds.join(", "),
+        report.kind_accuracy
     );
     for m in &report.per_model {
         text.push_str(&format!(

@@ -11,6 +11,7 @@ mod onnx_ner;
 mod onnx_session;
 mod registry;
 mod router_head;
+mod router_input;
 mod tokenize;
 pub mod worker;
 
@@ -20,8 +21,9 @@ pub use head::{
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
 pub use onnx_session::loaded_runtime as loaded_onnx_runtime;
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
-pub use router_head::{
-    cheap_features, ModelHeads, Prediction, RouterHead, ROUTER_FEATURES, ROUTER_FORMAT,
+pub use router_head::{ModelHeads, Prediction, RouterHead, ROUTER_FORMAT};
+pub use router_input::{
+    cheap_features, crossed, crossed_width, kind_input, kind_input_width, ROUTER_FEATURES,
 };
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 

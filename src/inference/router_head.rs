@@ -1,76 +1,27 @@
 //! The router-owned allocation head: for each model of a pool, the probability that it answers a
 //! request correctly and what answering costs it (latency, completion tokens), predicted from
-//! the request's shared sentence embedding plus a few cheap text features. `mom-router
+//! the request's kind and a few cheap text features ([`super::router_input`]). `mom-router
 //! train-router` fits it from evaluation traces; the `learned` selection algorithm reads it.
 //!
-//! File format (safetensors): per model `m` (index into the `models` metadata), tensors
-//! `models.m.correct.weight` (`[2, in]`) and `.bias` (a logistic head: wrong, right) and
-//! `models.m.cost.weight` (`[2, in]`) and `.bias` (a linear head: ln latency in ms, ln(1 +
-//! completion tokens)); `probe` as in [`super::Head`]. Metadata: `format`
-//! (`mom-router-router/1`), `models` and `features` (JSON arrays), `encoder`, `encoderSha256`,
-//! and the training provenance.
+//! File format (safetensors): tensors `kind.weight` (`[kinds, dims + features]`) and `.bias` (a
+//! softmax classifier of the request's kind over the embedding and the cheap features); per
+//! model `m` (index into the `models` metadata), `models.m.correct.weight` (`[2, in]`) and
+//! `.bias` (a logistic head: wrong, right) and `models.m.cost.weight` (`[2, in]`) and `.bias` (a
+//! linear head: ln latency in ms, ln(1 + completion tokens)), where `in` is
+//! `kinds × (1 + features)`; `probe` as in [`super::Head`]. Metadata: `format`
+//! (`mom-router-router/2`), `kinds`, `models` and `features` (JSON arrays), `encoder`,
+//! `encoderSha256`, and the training provenance.
 
 use super::head::{f32s_to_le, softmax, Dense, HeadError};
 use super::head_file::{write_f32_tensors, HeadFile};
+use super::router_input::{
+    cheap_features, crossed, crossed_width, kind_input_width, ROUTER_FEATURES,
+};
 use std::collections::HashMap;
 use std::path::Path;
 
 /// Format tag written into every router head file.
-pub const ROUTER_FORMAT: &str = "mom-router-router/1";
-
-/// The cheap features appended to the embedding, in input order. A head records the list it was
-/// trained with; a head with another list is refused.
-pub const ROUTER_FEATURES: [&str; 8] = [
-    "prompt_tokens_log",
-    "code_fence",
-    "code_signature",
-    "format_marker",
-    "digit_share",
-    "short_answer_asked",
-    "code_spec_length",
-    "worked_examples",
-];
-
-/// The cheap features of a user message, each in 0..=1 (see [`ROUTER_FEATURES`]). Bounded work:
-/// only the first 16 KiB are scanned.
-pub fn cheap_features(text: &str) -> [f32; ROUTER_FEATURES.len()] {
-    let mut end = text.len().min(16 * 1024);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let scanned = &text[..end];
-    let lower = scanned.to_ascii_lowercase();
-    let tokens = text.len() as f32 / 4.0;
-    let digits = scanned.bytes().filter(u8::is_ascii_digit).count() as f32;
-    let has = |needles: &[&str]| f32::from(u8::from(needles.iter().any(|n| lower.contains(n))));
-    let code = has(&["```"]).max(has(&["def ", "fn ", "function ", "return ", "class "]));
-    // A long programming task is a hard one for a small model: its length, 0 at 100 tokens and
-    // 1 at 400, counts only where the text asks for code.
-    let spec_length = code * ((tokens - 100.0) / 300.0).clamp(0.0, 1.0);
-    let examples = scanned.matches(">>>").count() as f32;
-    [
-        ((1.0 + tokens).ln() / 10.0).min(1.0),
-        has(&["```"]),
-        has(&["def ", "fn ", "function ", "return ", "class "]),
-        has(&[
-            "json",
-            "exactly",
-            "capital letters",
-            "nothing else",
-            "backwards",
-        ]),
-        (digits / scanned.len().max(1) as f32 * 4.0).min(1.0),
-        has(&[
-            "one word",
-            "number only",
-            "only the",
-            "symbol only",
-            "word only",
-        ]),
-        spec_length,
-        (examples / 6.0).min(1.0),
-    ]
-}
+pub const ROUTER_FORMAT: &str = "mom-router-router/2";
 
 /// What the head predicts for one model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,6 +48,11 @@ pub struct ModelHeads {
 /// A trained allocation head over a pool of models.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouterHead {
+    /// The request kinds the head tells apart, in the kind classifier's output order.
+    pub kinds: Vec<String>,
+    /// Softmax classifier of the request's kind (`kinds` outputs over the embedding and the
+    /// cheap features).
+    pub kind: Dense,
     /// Per model, in training order.
     pub models: Vec<ModelHeads>,
     /// The training encoder's embedding of [`super::PROBE_TEXT`].
@@ -123,11 +79,27 @@ impl RouterHead {
         self.models.iter().map(|m| m.model.as_str()).collect()
     }
 
-    /// The head's input: the embedding followed by the cheap features of `text`.
-    pub fn input(embedding: &[f32], text: &str) -> Vec<f32> {
-        let mut x = embedding.to_vec();
-        x.extend_from_slice(&cheap_features(text));
-        x
+    /// The probability of each of [`RouterHead::kinds`] for a request with this embedding and
+    /// user text.
+    pub fn kind_probabilities(&self, embedding: &[f32], text: &str) -> Vec<f32> {
+        let features = cheap_features(text);
+        self.probabilities(embedding, &features)
+    }
+
+    fn probabilities(&self, embedding: &[f32], features: &[f32]) -> Vec<f32> {
+        let mut x = Vec::with_capacity(self.kind.inputs);
+        x.extend_from_slice(embedding);
+        x.extend_from_slice(features);
+        let mut logits = self.kind.apply(&x);
+        softmax(&mut logits);
+        logits
+    }
+
+    /// The model heads' input for a request with this embedding and user text: its kind
+    /// probabilities crossed with its cheap features.
+    pub fn input(&self, embedding: &[f32], text: &str) -> Vec<f32> {
+        let features = cheap_features(text);
+        crossed(&self.probabilities(embedding, &features), &features)
     }
 
     /// The prediction for model `index` on an input built by [`RouterHead::input`].
@@ -162,14 +134,20 @@ impl RouterHead {
             )));
         }
         let names: Vec<String> = file.json("models")?;
+        let kinds: Vec<String> = file.json("kinds")?;
+        if kinds.is_empty() {
+            return Err(bad(
+                "a router head needs at least one request kind".to_owned()
+            ));
+        }
         let (_, probe) = file.f32("probe")?;
-        let inputs = probe.len() + ROUTER_FEATURES.len();
-        let dense = |name: &str| -> Result<Dense, HeadError> {
+        let dense = |name: &str, outputs: usize, inputs: usize| -> Result<Dense, HeadError> {
             let (shape, weight) = file.f32(&format!("{name}.weight"))?;
             let (bias_shape, bias) = file.f32(&format!("{name}.bias"))?;
-            if shape != [2, inputs] || bias_shape != [2] {
+            if shape != [outputs, inputs] || bias_shape != [outputs] {
                 return Err(bad(format!(
-                    "{name} has shapes {shape:?} and {bias_shape:?}, expected [2, {inputs}] and [2]"
+                    "{name} has shapes {shape:?} and {bias_shape:?}, expected \
+                     [{outputs}, {inputs}] and [{outputs}]"
                 )));
             }
             Ok(Dense {
@@ -178,6 +156,8 @@ impl RouterHead {
                 inputs,
             })
         };
+        let kind = dense("kind", kinds.len(), kind_input_width(probe.len()))?;
+        let inputs = crossed_width(kinds.len());
         if names.len() < 2 {
             return Err(bad("a router head needs at least two models".to_owned()));
         }
@@ -187,12 +167,14 @@ impl RouterHead {
             .map(|(i, model)| {
                 Ok(ModelHeads {
                     model: model.clone(),
-                    correct: dense(&format!("models.{i}.correct"))?,
-                    cost: dense(&format!("models.{i}.cost"))?,
+                    correct: dense(&format!("models.{i}.correct"), 2, inputs)?,
+                    cost: dense(&format!("models.{i}.cost"), 2, inputs)?,
                 })
             })
             .collect::<Result<Vec<_>, HeadError>>()?;
         Ok(Self {
+            kinds,
+            kind,
             models,
             probe,
             encoder: file.field("encoder")?,
@@ -203,19 +185,22 @@ impl RouterHead {
     /// Writes the head file; `extra` adds metadata (the training report).
     pub fn save(&self, path: &Path, extra: &[(&str, String)]) -> Result<(), HeadError> {
         let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut push = |name: String, dense: &Dense| {
+            buffers.push((
+                format!("{name}.weight"),
+                vec![dense.bias.len(), dense.inputs],
+                f32s_to_le(&dense.weight),
+            ));
+            buffers.push((
+                format!("{name}.bias"),
+                vec![dense.bias.len()],
+                f32s_to_le(&dense.bias),
+            ));
+        };
+        push("kind".to_owned(), &self.kind);
         for (i, heads) in self.models.iter().enumerate() {
-            for (part, dense) in [("correct", &heads.correct), ("cost", &heads.cost)] {
-                buffers.push((
-                    format!("models.{i}.{part}.weight"),
-                    vec![dense.bias.len(), dense.inputs],
-                    f32s_to_le(&dense.weight),
-                ));
-                buffers.push((
-                    format!("models.{i}.{part}.bias"),
-                    vec![dense.bias.len()],
-                    f32s_to_le(&dense.bias),
-                ));
-            }
+            push(format!("models.{i}.correct"), &heads.correct);
+            push(format!("models.{i}.cost"), &heads.cost);
         }
         buffers.push((
             "probe".to_owned(),
@@ -227,6 +212,10 @@ impl RouterHead {
             ("format", ROUTER_FORMAT.to_owned()),
             ("task", "router".to_owned()),
             ("models", json(&self.model_names())),
+            (
+                "kinds",
+                json(&self.kinds.iter().map(String::as_str).collect::<Vec<_>>()),
+            ),
             ("features", json(&ROUTER_FEATURES)),
             ("encoder", self.encoder.clone()),
             ("encoderSha256", self.encoder_sha256.clone()),
@@ -246,7 +235,7 @@ mod tests {
     /// Two models whose predictions do not depend on the input: "small" is right with
     /// probability sigmoid(-1) in 100 ms, "large" with sigmoid(1) in 2 s.
     fn toy() -> RouterHead {
-        let inputs = 2 + ROUTER_FEATURES.len();
+        let inputs = crossed_width(1);
         let constant = |bias: [f32; 2]| Dense {
             weight: vec![0.0; 2 * inputs],
             bias: bias.to_vec(),
@@ -258,6 +247,12 @@ mod tests {
             cost: constant([latency_ms.ln(), tokens]),
         };
         RouterHead {
+            kinds: vec!["any".to_owned()],
+            kind: Dense {
+                weight: vec![0.0; kind_input_width(2)],
+                bias: vec![0.0],
+                inputs: kind_input_width(2),
+            },
             models: vec![
                 model("small", -1.0, 100.0, 3.0),
                 model("large", 1.0, 2000.0, 5.0),
@@ -277,7 +272,9 @@ mod tests {
             .unwrap();
         let loaded = RouterHead::load(&path).unwrap();
         assert_eq!(loaded, head);
-        let input = RouterHead::input(&[0.6, 0.8], "What is 2 + 2? Reply with the number only.");
+        let input = loaded.input(&[0.6, 0.8], "What is 2 + 2? Reply with the number only.");
+        assert_eq!(input.len(), crossed_width(1));
+        assert_eq!(input[0], 1.0, "one kind: probability 1");
         let small = loaded.predict(0, &input).unwrap();
         let large = loaded.predict(1, &input).unwrap();
         // sigmoid(-1) and sigmoid(1); exp(ln 100) and exp(ln 2000).
@@ -308,30 +305,8 @@ mod tests {
         head.save(&path, &[]).unwrap();
         let error = RouterHead::load(&path).unwrap_err().to_string();
         assert!(
-            error.contains("no \"features\"") || error.contains("is not \"mom-router-router/1\""),
+            error.contains("no \"features\"") || error.contains("is not \"mom-router-router/2\""),
             "{error}"
         );
-    }
-
-    #[test]
-    fn cheap_features_read_format_and_code_markers() {
-        let code = cheap_features("Complete this:\n```python\ndef f(x):\n```");
-        assert_eq!((code[1], code[2]), (1.0, 1.0));
-        let fact = cheap_features("What is the capital of Peru? Answer with one word only.");
-        assert_eq!((fact[1], fact[2], fact[5]), (0.0, 0.0, 1.0));
-        let spec = format!(
-            "def f(x):\n    \"\"\"{}\n    >>> f(1)\n    2\n    \"\"\"",
-            "word ".repeat(400)
-        );
-        let spec = cheap_features(&spec);
-        assert!(
-            spec[6] > 0.9 && (spec[7] - 1.0 / 6.0).abs() < 1e-6,
-            "{spec:?}"
-        );
-        assert_eq!(cheap_features(&"word ".repeat(400))[6], 0.0);
-        assert!(fact.iter().all(|v| (0.0..=1.0).contains(v)));
-        // Non-ASCII text and a cut inside a character are fine.
-        let long = "३".repeat(10_000);
-        assert!(cheap_features(&long).iter().all(|v| v.is_finite()));
     }
 }

@@ -14,7 +14,6 @@
 use super::RunRecord;
 use crate::config::{Decision, Fallback, Snapshot};
 use crate::decision::{self, Fact};
-use crate::inference::RouterHead;
 use crate::llm::{ChatRequest, Headers};
 use crate::selection::{Algorithm, Predicted};
 use crate::signals::{Input, Neural, SignalKind};
@@ -128,7 +127,7 @@ fn replay_model(
         Ok(_) => return skip("the encoder returned nothing"),
         Err(e) => return skip(&format!("the encoder failed: {e}")),
     };
-    let input = RouterHead::input(&embedding, prompt.trim());
+    let input = head.input(&embedding, prompt.trim());
     let predicted: Option<Vec<Predicted>> = decision
         .vectors
         .router_models

@@ -12,6 +12,7 @@ mod metrics;
 mod ridge;
 mod router;
 mod router_fit;
+mod router_kind;
 
 pub use calibrate::{calibrate, Calibration};
 pub use cascade::{Cascade, CascadeSpec};

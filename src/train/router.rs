@@ -1,15 +1,17 @@
-//! `mom-router train-router`: the allocation head learned from evaluation traces. Per model, a
-//! logistic head predicts whether it answers correctly and a ridge regression predicts its
-//! latency and completion tokens, both from the request embedding plus cheap text features
-//! ([`RouterHead::input`]). Items are split by a hash of their id; nothing held out is trained
+//! `mom-router train-router`: the allocation head learned from evaluation traces. A softmax
+//! classifier tells the request's kind from its embedding plus cheap text features; per model,
+//! a logistic head predicts whether it answers correctly and a ridge regression predicts its
+//! latency and completion tokens, both from the kind probabilities crossed with the cheap
+//! features ([`RouterHead::input`]). Items are split by a hash of their id; nothing held out is trained
 //! on, and the report scores the held-out items only: per-model AUC and Brier score, and the
 //! routing policy at each latency weight against the best fixed model and the per-item oracle.
 
 use super::cascade::{with_cascade, Cascade, CascadeSpec};
 use super::router_fit::{fit_heads, Chosen, Grid};
+use super::router_kind::fit_kinds;
 use super::{embed_all, encoder_of, is_held_out, load_config, probe_and_cache, rounded};
 use super::{sha256_file, FitSettings};
-use crate::inference::RouterHead;
+use crate::inference::{kind_input, RouterHead};
 use crate::records::traces::{self, TracedItem, Traces};
 use crate::selection::{Allocation, Predicted};
 use anyhow::{bail, Context};
@@ -31,6 +33,8 @@ pub struct RouterOptions {
     pub fit: FitSettings,
     /// Regularisation tried by cross-validation.
     pub grid: Grid,
+    /// AdamW weight decay of the request-kind classifier.
+    pub kind_weight_decay: f64,
     /// Latency weights the report places on the frontier.
     pub latency_weights: Vec<f64>,
     /// Embedding cache file: reused (for the same encoder) and updated.
@@ -80,6 +84,10 @@ pub struct RouterReport {
     pub trained: usize,
     /// Items held out.
     pub held_out: usize,
+    /// The request kinds the head tells apart (the training items' grading kinds).
+    pub kinds: Vec<String>,
+    /// Share of the held-out items whose predicted kind is their own.
+    pub kind_accuracy: f64,
     /// Per model, on the held-out items.
     pub per_model: Vec<ModelReport>,
     /// What cross-validation chose per model.
@@ -247,21 +255,35 @@ pub fn train_router(options: &RouterOptions) -> anyhow::Result<RouterReport> {
     if let Some(path) = &options.cache {
         cache.save(path)?;
     }
-    let inputs: Vec<Vec<f32>> = vectors
+    let kind_inputs: Vec<Vec<f32>> = vectors
         .iter()
         .zip(&prompts)
-        .map(|(v, p)| RouterHead::input(v, p))
+        .map(|(v, p)| kind_input(v, p))
         .collect();
-    let fitted = fit_heads(&traces, &inputs, &train, options.fit, &options.grid)?;
+    let kind_settings = FitSettings {
+        weight_decay: options.kind_weight_decay,
+        ..options.fit
+    };
+    let kinds = fit_kinds(&traces, &kind_inputs, &train, kind_settings)?;
+    let kind_accuracy = kinds.accuracy(&traces, &kind_inputs, &held);
     let weights = encoder
         .weights_file()
         .context("the encoder does not name its weights file")?;
-    let head = RouterHead {
-        models: fitted.heads,
+    let mut head = RouterHead {
+        kinds: kinds.names,
+        kind: kinds.classifier,
+        models: Vec::new(),
         probe,
         encoder: encoder.describe().to_owned(),
         encoder_sha256: sha256_file(weights)?,
     };
+    let inputs: Vec<Vec<f32>> = vectors
+        .iter()
+        .zip(&prompts)
+        .map(|(v, p)| head.input(v, p))
+        .collect();
+    let fitted = fit_heads(&traces, &inputs, &train, options.fit, &options.grid)?;
+    head.models = fitted.heads;
     let predictions = predict_all(&head, &inputs);
     // The training items' out-of-fold predictions, placed at their item indices.
     let mut out_of_fold = predictions.clone();
@@ -305,6 +327,8 @@ pub fn train_router(options: &RouterOptions) -> anyhow::Result<RouterReport> {
         models: traces.models.clone(),
         trained: train.len(),
         held_out: held.len(),
+        kinds: head.kinds.clone(),
+        kind_accuracy: rounded(kind_accuracy),
         per_model,
         chosen: fitted.chosen,
         held_out_points: frontier(&traces, &predictions, &held, &options.latency_weights),
@@ -392,6 +416,12 @@ mod tests {
             fitted.out_of_fold[0]
         );
         let head = RouterHead {
+            kinds: vec!["exact".to_owned()],
+            kind: crate::inference::Dense {
+                weight: vec![0.0; 3],
+                bias: vec![0.0],
+                inputs: 3,
+            },
             models: fitted.heads,
             probe: vec![0.0; 3],
             encoder: String::new(),

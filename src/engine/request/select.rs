@@ -3,7 +3,6 @@
 //! to the pure algorithms in `selection`.
 
 use crate::config::{Bounds, Decision, Snapshot};
-use crate::inference::RouterHead;
 use crate::llm::ChatRequest;
 use crate::selection::{
     self, knn_votes, router_dc_similarities, Algorithm, Candidate, LatencyMetric, Observed,
@@ -54,7 +53,7 @@ pub(in crate::engine) fn choose(
     // The router head's predictions (learned): one input per request, one row per candidate.
     let predicted: Vec<Option<Predicted>> = match (query, &decision.vectors.router) {
         (Some(query), Some(head)) => {
-            let input = RouterHead::input(query, request.last_user_text().trim());
+            let input = head.input(query, request.last_user_text().trim());
             decision
                 .vectors
                 .router_models
