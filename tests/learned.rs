@@ -172,6 +172,8 @@ async fn learned_routes_to_the_largest_hand_computed_utility() {
     );
     let reason = plain["selection_reason"].as_str().unwrap();
     assert!(reason.starts_with("largest utility 0.706"), "{reason}");
+    // The head's one kind, named with its probability.
+    assert!(reason.ends_with("; request kind any (1.00)"), "{reason}");
     // Code: small 0.047 − 0.025 = 0.022 < the coder's 0.668.
     let code = explain(&config, "mom/i0", CODE).await;
     assert_eq!(code["model"], "qwen2.5-coder-0.5b", "{code:#}");
@@ -214,7 +216,7 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
     let credited = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
     let reason = credited["selection_reason"].as_str().unwrap();
     assert!(
-        reason.ends_with("(head 0.82, moved by 3 outcomes at 1.00, worth at most 20)"),
+        reason.contains("(head 0.82, moved by 3 outcomes at 1.00, worth at most 20)"),
         "{reason}"
     );
     // A flood of failures moves P at most halfway: 0.731 / 2 − 0.025.
@@ -312,7 +314,7 @@ async fn each_operating_point_moves_the_choice() {
     assert_eq!(budget["model"], "smollm2-135m");
     let reason = budget["selection_reason"].as_str().unwrap();
     assert!(
-        reason.ends_with("1 of 2 models predicted over 1000 ms"),
+        reason.ends_with("1 of 2 models predicted over 1000 ms; request kind any (1.00)"),
         "{reason}"
     );
 }
@@ -395,17 +397,24 @@ fn fixture_traces_with_confidence() -> String {
         .collect()
 }
 
-/// What a head predicts for model `index` on `text`, embedded by the training encoder
-/// (heads/train.yaml's).
-fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Prediction {
+/// The training encoder's (heads/train.yaml's) embedding of a text.
+fn embedder() -> impl Fn(&str) -> Vec<f32> {
     let snapshot =
         mom_router::train::load_config(&support::repo().join("heads/train.yaml")).unwrap();
     let encoder = snapshot.encoder.clone().unwrap();
-    move |head, text, index| {
-        let v = encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
+    move |text| {
+        encoder.embed_blocking(&[text.to_owned()]).unwrap()[0]
             .as_ref()
-            .clone();
-        head.predict(index, &head.input(&v, text)).unwrap()
+            .clone()
+    }
+}
+
+/// What a head predicts for model `index` on `text`, embedded by the training encoder.
+fn predictor() -> impl Fn(&RouterHead, &str, usize) -> mom_router::inference::Prediction {
+    let embed = embedder();
+    move |head, text, index| {
+        head.predict(index, &head.input(&embed(text), text))
+            .unwrap()
     }
 }
 
@@ -455,6 +464,31 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
     );
     let head = RouterHead::load(&out).unwrap();
     assert_eq!(head.model_names(), ["coder", "fast"]);
+    // The first stage tells the traces' two kinds apart, on the held-out items and on texts
+    // it never saw.
+    assert_eq!(head.kinds, ["contains", "humaneval"]);
+    let kinds_line = stdout
+        .lines()
+        .find(|l| {
+            l.starts_with("request kinds: contains, humaneval (held out, predicted kind right: ")
+        })
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let right: f64 = kinds_line
+        .trim_end_matches(')')
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{kinds_line}"));
+    assert!(right >= 0.9, "{kinds_line}");
+    let embed = embedder();
+    let code = "Complete the following Python function.\n```python\ndef add(a, b):\n```";
+    let fact = "What is the capital of Spain? Answer with one word only.";
+    let on_code = head.kind_probabilities(&embed(code), code);
+    let on_fact = head.kind_probabilities(&embed(fact), fact);
+    assert!(
+        on_code[1] > 0.5 && on_fact[0] > 0.5,
+        "{on_code:?} {on_fact:?}"
+    );
     // Predictions on texts the head never saw follow the traces: facts to "fast", code to
     // "coder", and the cost heads know who is slow.
     let predictor = predictor();

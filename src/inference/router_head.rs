@@ -98,8 +98,14 @@ impl RouterHead {
     /// The model heads' input for a request with this embedding and user text: its kind
     /// probabilities crossed with its cheap features.
     pub fn input(&self, embedding: &[f32], text: &str) -> Vec<f32> {
+        self.input_and_kinds(embedding, text).0
+    }
+
+    /// [`RouterHead::input`] and the kind probabilities it was built from.
+    pub fn input_and_kinds(&self, embedding: &[f32], text: &str) -> (Vec<f32>, Vec<f32>) {
         let features = cheap_features(text);
-        crossed(&self.probabilities(embedding, &features), &features)
+        let kinds = self.probabilities(embedding, &features);
+        (crossed(&kinds, &features), kinds)
     }
 
     /// The prediction for model `index` on an input built by [`RouterHead::input`].

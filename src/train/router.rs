@@ -2,9 +2,11 @@
 //! classifier tells the request's kind from its embedding plus cheap text features; per model,
 //! a logistic head predicts whether it answers correctly and a ridge regression predicts its
 //! latency and completion tokens, both from the kind probabilities crossed with the cheap
-//! features ([`RouterHead::input`]). Items are split by a hash of their id; nothing held out is trained
-//! on, and the report scores the held-out items only: per-model AUC and Brier score, and the
-//! routing policy at each latency weight against the best fixed model and the per-item oracle.
+//! features ([`RouterHead::input`]). Items are split by a hash of their id; nothing held out is
+//! trained on, and the report scores the held-out items only: per-model AUC and Brier score, and
+//! the routing policy at each latency weight against the best fixed model and the per-item
+//! oracle. The kind classifier is fitted once on every training item; the out-of-fold
+//! predictions where operating points are chosen refit the per-model heads only.
 
 use super::cascade::{with_cascade, Cascade, CascadeSpec};
 use super::router_fit::{fit_heads, Chosen, Grid};

@@ -70,3 +70,80 @@ impl Kinds {
         right as f64 / items.len() as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::traces::{TraceRow, TracedItem};
+
+    /// 40 items over `kinds` (item `i` has kind `kinds[i % kinds.len()]`), one model; the first
+    /// input tells the kinds apart.
+    fn traces(kinds: &[&str]) -> (Traces, Vec<Vec<f32>>) {
+        let mut items = Vec::new();
+        let mut inputs = Vec::new();
+        for i in 0..40 {
+            let k = i % kinds.len();
+            let row = TraceRow {
+                item: format!("{i:02}"),
+                kind: kinds[k].to_owned(),
+                model: "m".to_owned(),
+                prompt: format!("item {i}"),
+                passed: true,
+                status: 200,
+                prompt_tokens: 10,
+                completion_tokens: 4,
+                latency_ms: 100.0,
+                ttft_ms: 0.0,
+                finish_reason: "stop".to_owned(),
+                answer: String::new(),
+                max_tokens: None,
+                confidence: None,
+            };
+            items.push(TracedItem {
+                id: format!("{i:02}"),
+                kind: kinds[k].to_owned(),
+                prompt: format!("item {i}"),
+                rows: vec![row],
+            });
+            inputs.push(vec![k as f32 * 2.0 - 1.0, (i % 5) as f32 * 0.1]);
+        }
+        let models = vec!["m".to_owned()];
+        (Traces { models, items }, inputs)
+    }
+
+    fn settings() -> FitSettings {
+        FitSettings {
+            hidden: 0,
+            epochs: 300,
+            learning_rate: 0.05,
+            weight_decay: 0.0,
+            batch_size: 0,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn kinds_are_learned_in_sorted_order_and_scored_on_other_items() {
+        let (traces, inputs) = traces(&["number", "humaneval"]);
+        let train: Vec<usize> = (0..30).collect();
+        let held: Vec<usize> = (30..40).collect();
+        let kinds = fit_kinds(&traces, &inputs, &train, settings()).unwrap();
+        assert_eq!(kinds.names, ["humaneval", "number"]);
+        assert_eq!(kinds.classifier.outputs(), 2);
+        assert_eq!(kinds.accuracy(&traces, &inputs, &held), 1.0);
+        // Item 0 is "number" (input −1): the second output wins.
+        let (best, _) = argmax(&kinds.classifier.apply(&inputs[0]));
+        assert_eq!(kinds.names[best], "number");
+    }
+
+    #[test]
+    fn one_kind_needs_no_fit() {
+        let (traces, inputs) = traces(&["exact"]);
+        let train: Vec<usize> = (0..40).collect();
+        let kinds = fit_kinds(&traces, &inputs, &train, settings()).unwrap();
+        assert_eq!(kinds.names, ["exact"]);
+        assert_eq!(kinds.classifier.outputs(), 1);
+        assert!(kinds.classifier.weight.iter().all(|w| *w == 0.0));
+        assert_eq!(kinds.accuracy(&traces, &inputs, &train), 1.0);
+    }
+}

@@ -50,10 +50,17 @@ pub(in crate::engine) fn choose(
         ),
         _ => vec![0.0; candidates.len()],
     };
-    // The router head's predictions (learned): one input per request, one row per candidate.
+    // The router head's predictions (learned): one input per request, one row per candidate;
+    // the reason names the request kind its first stage saw.
+    let mut kind_seen = None;
     let predicted: Vec<Option<Predicted>> = match (query, &decision.vectors.router) {
         (Some(query), Some(head)) => {
-            let input = head.input(query, request.last_user_text().trim());
+            let (input, kinds) = head.input_and_kinds(query, request.last_user_text().trim());
+            let (best, p) = crate::inference::argmax(&kinds);
+            kind_seen = head
+                .kinds
+                .get(best)
+                .map(|k| format!("request kind {k} ({p:.2})"));
             decision
                 .vectors
                 .router_models
@@ -110,8 +117,24 @@ pub(in crate::engine) fn choose(
         cost_ok && latency_ok
     };
     let allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
+    let mut selection = pick_within(algorithm, candidates, &observed, &allowed, key);
+    if let Some(kind) = kind_seen {
+        selection.reason = format!("{}; {kind}", selection.reason);
+    }
+    selection
+}
+
+/// `algorithm` over the candidates in `allowed` (the others are outside the identity's bounds;
+/// when none is inside, the cheapest).
+fn pick_within(
+    algorithm: Algorithm,
+    candidates: &[Candidate],
+    observed: &[Observed],
+    allowed: &[usize],
+    key: u64,
+) -> Selection {
     if allowed.len() == candidates.len() {
-        return selection::select(algorithm, candidates, &observed, key);
+        return selection::select(algorithm, candidates, observed, key);
     }
     if allowed.is_empty() {
         let cheapest = (0..observed.len())
@@ -133,7 +156,7 @@ pub(in crate::engine) fn choose(
     let kept_observed: Vec<Observed> = allowed.iter().map(|&i| observed[i]).collect();
     let inner = selection::select(algorithm, &kept, &kept_observed, key);
     let mut scores = vec![0.0; candidates.len()];
-    for (score, &i) in inner.scores.iter().zip(&allowed) {
+    for (score, &i) in inner.scores.iter().zip(allowed) {
         scores[i] = *score;
     }
     Selection {
