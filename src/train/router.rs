@@ -348,9 +348,46 @@ pub fn train_router(options: &RouterOptions) -> anyhow::Result<RouterReport> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::records::traces::TraceRow;
+
+    /// One trace row of item `i`, answered by `model` with the prompt `item {i}`.
+    pub(in crate::train) fn row(
+        i: usize,
+        kind: &str,
+        model: &str,
+        passed: bool,
+        latency_ms: f64,
+        completion_tokens: u64,
+    ) -> TraceRow {
+        TraceRow {
+            item: format!("{i:03}"),
+            kind: kind.to_owned(),
+            model: model.to_owned(),
+            prompt: format!("item {i}"),
+            passed,
+            status: 200,
+            prompt_tokens: 10,
+            completion_tokens,
+            latency_ms,
+            ttft_ms: 0.0,
+            finish_reason: "stop".to_owned(),
+            answer: String::new(),
+            max_tokens: None,
+            confidence: None,
+        }
+    }
+
+    /// Item `i` of `kind` with its rows.
+    pub(in crate::train) fn item(i: usize, kind: &str, rows: Vec<TraceRow>) -> TracedItem {
+        TracedItem {
+            id: format!("{i:03}"),
+            kind: kind.to_owned(),
+            prompt: format!("item {i}"),
+            rows,
+        }
+    }
 
     /// Two models over two kinds of item told apart by the first input: "small" is right on
     /// kind A only, fast on both; "large" is right on both, slow.
@@ -360,35 +397,22 @@ mod tests {
         let mut inputs = Vec::new();
         for i in 0..80 {
             let kind_a = i % 2 == 0;
-            let row = |model: &str, passed: bool, latency_ms: f64| TraceRow {
-                item: format!("{i:03}"),
-                kind: "exact".to_owned(),
-                model: model.to_owned(),
-                prompt: format!("item {i}"),
-                passed,
-                status: 200,
-                prompt_tokens: 10,
-                completion_tokens: if model == "large" { 40 } else { 8 },
-                latency_ms,
-                ttft_ms: 0.0,
-                finish_reason: "stop".to_owned(),
-                answer: String::new(),
-                max_tokens: None,
-                confidence: None,
-            };
-            items.push(TracedItem {
-                id: format!("{i:03}"),
-                kind: "exact".to_owned(),
-                prompt: format!("item {i}"),
-                rows: vec![row("large", true, 4000.0), row("small", kind_a, 500.0)],
-            });
+            items.push(item(
+                i,
+                "exact",
+                vec![
+                    row(i, "exact", "large", true, 4000.0, 40),
+                    row(i, "exact", "small", kind_a, 500.0, 8),
+                ],
+            ));
             let jitter = (i % 7) as f32 * 0.01;
             inputs.push(vec![if kind_a { 1.0 } else { -1.0 }, jitter, 0.5]);
         }
         (Traces { models, items }, inputs)
     }
 
-    fn settings() -> FitSettings {
+    /// A linear fit, seeded.
+    pub(in crate::train) fn settings() -> FitSettings {
         FitSettings {
             hidden: 0,
             epochs: 400,

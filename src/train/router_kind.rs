@@ -74,7 +74,7 @@ impl Kinds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::traces::{TraceRow, TracedItem};
+    use crate::train::router::tests::{item, row, settings};
 
     /// 40 items over `kinds` (item `i` has kind `kinds[i % kinds.len()]`), one model; the first
     /// input tells the kinds apart.
@@ -83,45 +83,16 @@ mod tests {
         let mut inputs = Vec::new();
         for i in 0..40 {
             let k = i % kinds.len();
-            let row = TraceRow {
-                item: format!("{i:02}"),
-                kind: kinds[k].to_owned(),
-                model: "m".to_owned(),
-                prompt: format!("item {i}"),
-                passed: true,
-                status: 200,
-                prompt_tokens: 10,
-                completion_tokens: 4,
-                latency_ms: 100.0,
-                ttft_ms: 0.0,
-                finish_reason: "stop".to_owned(),
-                answer: String::new(),
-                max_tokens: None,
-                confidence: None,
-            };
-            items.push(TracedItem {
-                id: format!("{i:02}"),
-                kind: kinds[k].to_owned(),
-                prompt: format!("item {i}"),
-                rows: vec![row],
-            });
+            items.push(item(
+                i,
+                kinds[k],
+                vec![row(i, kinds[k], "m", true, 100.0, 4)],
+            ));
             inputs.push(vec![k as f32 * 2.0 - 1.0, (i % 5) as f32 * 0.1]);
         }
         let models = vec!["m".to_owned()];
         (Traces { models, items }, inputs)
     }
-
-    fn settings() -> FitSettings {
-        FitSettings {
-            hidden: 0,
-            epochs: 300,
-            learning_rate: 0.05,
-            weight_decay: 0.0,
-            batch_size: 0,
-            seed: 7,
-        }
-    }
-
     #[test]
     fn kinds_are_learned_in_sorted_order_and_scored_on_other_items() {
         let (traces, inputs) = traces(&["number", "humaneval"]);
