@@ -483,8 +483,8 @@ fn train_router_learns_who_is_right_where_and_refuses_bad_traces() {
     let embed = embedder();
     let code = "Complete the following Python function.\n```python\ndef add(a, b):\n```";
     let fact = "What is the capital of Spain? Answer with one word only.";
-    let on_code = head.kind_probabilities(&embed(code), code);
-    let on_fact = head.kind_probabilities(&embed(fact), fact);
+    let on_code = head.input_and_kinds(&embed(code), code).1;
+    let on_fact = head.input_and_kinds(&embed(fact), fact).1;
     assert!(
         on_code[1] > 0.5 && on_fact[0] > 0.5,
         "{on_code:?} {on_fact:?}"

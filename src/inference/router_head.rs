@@ -15,7 +15,7 @@
 use super::head::{f32s_to_le, softmax, Dense, HeadError};
 use super::head_file::{write_f32_tensors, HeadFile};
 use super::router_input::{
-    cheap_features, crossed, crossed_width, kind_input_width, ROUTER_FEATURES,
+    cheap_features, crossed, crossed_width, joined, kind_input_width, ROUTER_FEATURES,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -79,18 +79,10 @@ impl RouterHead {
         self.models.iter().map(|m| m.model.as_str()).collect()
     }
 
-    /// The probability of each of [`RouterHead::kinds`] for a request with this embedding and
-    /// user text.
-    pub fn kind_probabilities(&self, embedding: &[f32], text: &str) -> Vec<f32> {
-        let features = cheap_features(text);
-        self.probabilities(embedding, &features)
-    }
-
+    /// The probability of each of [`RouterHead::kinds`], from the embedding and the cheap
+    /// features.
     fn probabilities(&self, embedding: &[f32], features: &[f32]) -> Vec<f32> {
-        let mut x = Vec::with_capacity(self.kind.inputs);
-        x.extend_from_slice(embedding);
-        x.extend_from_slice(features);
-        let mut logits = self.kind.apply(&x);
+        let mut logits = self.kind.apply(&joined(embedding, features));
         softmax(&mut logits);
         logits
     }
@@ -101,7 +93,8 @@ impl RouterHead {
         self.input_and_kinds(embedding, text).0
     }
 
-    /// [`RouterHead::input`] and the kind probabilities it was built from.
+    /// [`RouterHead::input`] and the kind probabilities it was built from (one per
+    /// [`RouterHead::kinds`]).
     pub fn input_and_kinds(&self, embedding: &[f32], text: &str) -> (Vec<f32>, Vec<f32>) {
         let features = cheap_features(text);
         let kinds = self.probabilities(embedding, &features);

@@ -67,9 +67,14 @@ pub fn kind_input_width(dims: usize) -> usize {
 
 /// The kind classifier's input: the embedding followed by the cheap features of `text`.
 pub fn kind_input(embedding: &[f32], text: &str) -> Vec<f32> {
-    let mut x = Vec::with_capacity(kind_input_width(embedding.len()));
+    joined(embedding, &cheap_features(text))
+}
+
+/// The embedding followed by already computed cheap features.
+pub(super) fn joined(embedding: &[f32], features: &[f32]) -> Vec<f32> {
+    let mut x = Vec::with_capacity(embedding.len() + features.len());
     x.extend_from_slice(embedding);
-    x.extend_from_slice(&cheap_features(text));
+    x.extend_from_slice(features);
     x
 }
 
