@@ -8,7 +8,9 @@
 #   ./scripts/router_eval.sh [OUT]      (scorecard and gate verdicts, default eval-out/router-held-out)
 #
 # CONCURRENCY (default 3) requests in flight; IDENTITIES (default all five) to score; FIXED
-# (default every configured model) the fixed models to compare with.
+# (default every configured model) the fixed models to compare with; SUITE (default the held-out
+# quarter of heads/data/router-suite.jsonl) another suite to score whole, for example
+# heads/data/router-fresh.jsonl, the hand-written workload in other words than the suite's.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -27,6 +29,9 @@ for model in ${FIXED:-}; do args+=(--fixed "$model"); done
 gate=(--gate examples/eval/gate.yaml)
 # The gate names every identity and compares with every model; a partial run is scored without it.
 [ "$IDENTITIES" = "mom/auto mom/flash mom/light mom/ultra mom/cascade" ] && [ -z "${FIXED:-}" ] || gate=()
-"$CARGO_TARGET_DIR/release/mom-router" eval --suite heads/data/router-suite.jsonl --held-out 25 \
+suite=(--suite heads/data/router-suite.jsonl --held-out 25)
+# The gate's bounds were declared for the held-out split; another suite is scored without it.
+[ -z "${SUITE:-}" ] || { suite=(--suite "$SUITE"); gate=(); }
+"$CARGO_TARGET_DIR/release/mom-router" eval "${suite[@]}" \
   --config examples/eval/config.yaml "${args[@]}" --concurrency "${CONCURRENCY:-3}" \
   "${gate[@]}" --out "$OUT"
