@@ -104,7 +104,7 @@ def domain(questions):
     return rows
 
 
-NATURAL_REPEATS = 4
+NATURAL_REPEATS = 16
 
 
 def natural(path):

@@ -376,13 +376,14 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
     let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
     assert_eq!(domain.examples, 56);
-    // Recorded 0.804 (45 of 56; 0.607 before the head trained on natural questions too).
-    assert!(domain.accuracy >= 0.76, "{domain}");
-    // Recorded 0.139: still over-confident on these questions.
+    // Recorded 0.911 (51 of 56; 0.804 for the 64-wide head before it, 0.607 trained on MMLU
+    // alone).
+    assert!(domain.accuracy >= 0.87, "{domain}");
+    // Recorded 0.138: a temperature fitted mostly on MMLU does not carry over to these.
     let error = domain.calibration_error.unwrap();
     assert!((0.08..=0.18).contains(&error), "{domain}");
     // Told to abstain below 0.5 (a calibrated probability), it withholds its least sure guesses:
-    // recorded 8 of 56 withheld, 0.854 right on the other 48.
+    // recorded 4 of 56 withheld, 0.942 right on the other 52.
     let abstaining = quickstart_config().replace(
         "    minConfidence: 0.5\n",
         "    minConfidence: 0.5\n    abstainBelow: 0.5\n",
@@ -397,13 +398,13 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     let (withheld, answered) = selective.selective("abstain").unwrap();
-    assert!((5..=11).contains(&withheld), "{selective}");
+    assert!((2..=7).contains(&withheld), "{selective}");
     assert!(
-        answered >= 0.80 && answered > domain.accuracy,
+        answered >= 0.90 && answered > domain.accuracy,
         "{selective}"
     );
     // The same questions misspelt (scripts/typo_variants.py, seeded by each text): recorded
-    // 0.732 (41 of 56), 0.07 under the questions as written.
+    // 0.821 (46 of 56), 0.09 under the questions as written.
     let typos = score(
         &snapshot,
         "stem",
@@ -413,7 +414,7 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     assert_eq!(typos.examples, 56);
-    assert!(typos.accuracy >= 0.69, "{typos}");
+    assert!(typos.accuracy >= 0.78, "{typos}");
 
     let jailbreak = score(
         &snapshot,
