@@ -86,6 +86,12 @@ ONE_WORD = " Answer with one word only."
 NUMBER_ONLY = " Reply with the number only."
 
 
+def short_items(family: str, rows: list) -> list:
+    """Suite items of `family` from (prompt, answer, kind) rows, numbered in order."""
+    return [{"id": f"{family}-{i:03d}", "kind": kind, "prompt": p, "answer": a, "max_tokens": 24}
+            for i, (p, a, kind) in enumerate(rows)]
+
+
 def facts() -> list:
     items = []
     for country, capital in CAPITALS:
@@ -97,8 +103,7 @@ def facts() -> list:
         items.append((f"What is the opposite of the word '{word}'?" + ONE_WORD, opposite))
     for question, answer in KNOWLEDGE:
         items.append((question + " Answer with one word or number only.", answer))
-    return [{"id": f"fact-{i:03d}", "kind": "number" if a.isdigit() else "contains", "prompt": p,
-             "answer": a, "max_tokens": 24} for i, (p, a) in enumerate(items)]
+    return short_items("fact", [(p, a, "number" if a.isdigit() else "contains") for p, a in items])
 
 
 def formats() -> list:
@@ -116,8 +121,7 @@ def formats() -> list:
     for word in WORDS[:7]:
         items.append((f"Repeat the word '{word}' exactly three times, separated by single "
                        "spaces, and nothing else.", " ".join([word] * 3)))
-    return [{"id": f"format-{i:03d}", "kind": "number" if a.isdigit() else "exact", "prompt": p,
-             "answer": a, "max_tokens": 24} for i, (p, a) in enumerate(items)]
+    return short_items("format", [(p, a, "number" if a.isdigit() else "exact") for p, a in items])
 
 
 def arithmetic(rng: random.Random) -> list:
@@ -185,8 +189,8 @@ def phrasings(rng: random.Random) -> list:
         a, b = (rng.randint(2, 12), rng.randint(2, 12)) if op == "*" else \
             (rng.randint(20, 99), rng.randint(2, 19))
         value = a * b if op == "*" else a + b if op == "+" else a - b
-        template = rng.choice(["Compute {a} {w} {b}.", "What's {a} {w} {b}?", "Calculate {a} {o} {b}.",
-                               "{a} {o} {b} = ?"])
+        template = rng.choice(["Compute {a} {w} {b}.", "What's {a} {w} {b}?",
+                               "Calculate {a} {o} {b}.", "{a} {o} {b} = ?"])
         prompt = template.format(a=a, b=b, w=words[op], o=op) + rng.choice(NUMBER_ENDINGS)
         items.append((prompt, str(value), "number"))
     for i in range(20):
@@ -195,7 +199,8 @@ def phrasings(rng: random.Random) -> list:
         story, value = [
             (f"{name} puts {b} {thing} in each of {a} bags. How many {thing} is that?", a * b),
             (f"There were {a + b} {thing} on the table and {name} took {b}. How many remain?", a),
-            (f"My friend gave me {b} {thing} and I already had {a}. How many do I have now?", a + b),
+            (f"My friend gave me {b} {thing} and I already had {a}. How many do I have now?",
+             a + b),
             (f"{name} needs {a + b} {thing} and has {a} so far. How many more are needed?", b),
         ][i % 4]
         items.append((story + rng.choice(NUMBER_ENDINGS), str(value), "number"))
@@ -208,8 +213,7 @@ def phrasings(rng: random.Random) -> list:
             (f"How many letters does '{word}' have?", str(len(word)), "number"),
         ])
         items.append((prompt, answer, kind))
-    return [{"id": f"ask-{i:03d}", "kind": kind, "prompt": p, "answer": a, "max_tokens": 24}
-            for i, (p, a, kind) in enumerate(items)]
+    return short_items("ask", items)
 
 
 def code(wheel: str) -> list:
