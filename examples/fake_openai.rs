@@ -1,6 +1,7 @@
 //! A deterministic FAKE OpenAI-compatible backend (no language model) for the quickstart's
 //! `--fake` mode and for load tests: `cargo run --release --example fake_openai -- PORT NAME`
-//! (`FAKE_DELAY_MS` delays every answer, `FAKE_CHUNK_PAUSE_MS` paces streamed chunks).
+//! (`FAKE_DELAY_MS` delays every answer, `FAKE_CHUNK_PAUSE_MS` paces streamed chunks,
+//! `FAKE_FAIL_STATUS` answers every chat request with that status instead).
 
 #[expect(dead_code, reason = "the request log is read by the tests only")]
 #[path = "../tests/support/fake_openai.rs"]
@@ -19,19 +20,22 @@ async fn main() -> anyhow::Result<()> {
     let name = args.next().context("usage: fake_openai PORT NAME")?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let mut backend = fake_openai::FakeBackend::new(&name);
-    backend.chunk_pause = std::time::Duration::from_millis(
-        std::env::var("FAKE_CHUNK_PAUSE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(150),
-    );
+    backend.chunk_pause = std::time::Duration::from_millis(number("FAKE_CHUNK_PAUSE_MS", 150));
     // FAKE_DELAY_MS: every answer waits this long first (a stand-in for a model's latency).
-    let delay = std::env::var("FAKE_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+    backend.delay_ms.store(number("FAKE_DELAY_MS", 0), relaxed);
+    // FAKE_FAIL_STATUS: every chat request fails with this status (a failing model).
     backend
-        .delay_ms
-        .store(delay.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+        .fail_status
+        .store(number("FAKE_FAIL_STATUS", 0), relaxed);
     fake_openai::serve(listener, backend).await?;
     Ok(())
+}
+
+/// The number in environment variable `name`, or `default`.
+fn number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

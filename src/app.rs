@@ -178,6 +178,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         state: state.clone(),
         client: Some(client.clone()),
         model_deadlines: true,
+        parked: Arc::default(),
     };
     let reloaded = Arc::new(tokio::sync::Notify::new());
     tasks.push(tokio::spawn(crate::lock::maintain(

@@ -291,7 +291,9 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
     assert_eq!(routes[2]["direct_response"]["status"], 503);
     let manager = &parsed["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
         ["typed_config"];
-    let ext_proc = &manager["http_filters"][0]["typed_config"];
+    // The failover filter comes first: it sees a failed response after the main filter.
+    assert_eq!(manager["http_filters"][0]["name"], "mom_router_failover");
+    let ext_proc = &manager["http_filters"][1]["typed_config"];
     assert_eq!(ext_proc["failure_mode_allow"], false);
     // Routing and internal headers go before a route is picked.
     let removed: Vec<&str> = manager["early_header_mutation_extensions"][0]["typed_config"]
@@ -316,7 +318,7 @@ fn standalone_renders_envoy_and_mom_router_in_one_pod() {
     envoy_validates(envoy);
     let parsed: Value = serde_yaml::from_str(envoy).unwrap();
     let forwarded = &parsed["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-        ["typed_config"]["http_filters"][0]["typed_config"]["metadata_options"];
+        ["typed_config"]["http_filters"][1]["typed_config"]["metadata_options"];
     assert_eq!(
         forwarded["forwarding_namespaces"]["untyped"][0],
         "envoy.filters.http.jwt_authn"

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 pub use super::raw_contract::{RawContractKind, RawOnViolation, RawOutputContract};
-pub use super::raw_identity::{RawBounds, RawIdentity, RawObjective, RawPolicy};
+pub use super::raw_identity::{RawBounds, RawFailover, RawIdentity, RawObjective, RawPolicy};
 pub use super::raw_plugin::{
     RawCache, RawGrounding, RawGroundingAction, RawGuardAction, RawPiiMode, RawPlugin,
     RawPromptMode,

@@ -35,6 +35,32 @@ pub struct RawIdentity {
     /// Request-phase actions on every request of the identity, before the decision's own.
     #[serde(default)]
     pub plugins: Vec<super::raw::RawPlugin>,
+    /// What happens when the chosen model fails before its first byte (a 5xx, a 429, a refused
+    /// or reset connection): the request is served by the next candidate. Absent: the failure
+    /// reaches the client.
+    pub failover: Option<RawFailover>,
+}
+
+/// Cross-model failover of an identity's forwarded requests.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFailover {
+    /// Upstream attempts in all, the first one included (2 to 8; default 3).
+    pub max_attempts: Option<u32>,
+    /// Time all fallback attempts together may take, in milliseconds (default 30000).
+    pub deadline_ms: Option<i64>,
+    /// Models tried after the decision's own candidates (in the algorithm's order), in this
+    /// order; each must be one of the identity's models. Default: the identity's other models,
+    /// as declared.
+    pub models: Option<Vec<String>>,
+    /// Decisions whose requests never leave their chosen model (a policy keeping personal
+    /// data on one model, say), by name.
+    #[serde(default)]
+    pub except: Vec<String>,
+    /// Consecutive failures after which a model is set aside (default 3).
+    pub eject_after: Option<u32>,
+    /// How long a set-aside model is skipped, in milliseconds (default 30000).
+    pub cool_down_ms: Option<i64>,
 }
 
 /// What an identity optimises when no decision matches.

@@ -124,6 +124,24 @@ impl Policy {
     }
 }
 
+/// How an identity's forwarded request fails over to another model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failover {
+    /// Upstream attempts in all, the first one included (at least 2).
+    pub max_attempts: u32,
+    /// Time all fallback attempts together may take.
+    pub deadline: std::time::Duration,
+    /// Models tried after the decision's own candidates, in order (indices into `models`).
+    pub models: Vec<usize>,
+    /// Decisions whose requests stay on their chosen model (policy: personal data stays on
+    /// its designated model).
+    pub except: Vec<String>,
+    /// Consecutive failures after which a model is set aside.
+    pub eject_after: u32,
+    /// How long a set-aside model is skipped.
+    pub cool_down: std::time::Duration,
+}
+
 /// Per-request bounds of an identity.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Bounds {
@@ -171,6 +189,8 @@ pub struct Identity {
     pub needs: Needs,
     /// Request-phase actions on every request, before the decision's.
     pub plugins: Vec<super::Plugin>,
+    /// Cross-model failover of forwarded requests (operational: not part of the contract).
+    pub failover: Option<Failover>,
     /// Hex SHA-256 of everything that gives the identity its meaning (itself without version
     /// and description, its decisions, the signals and models they use): a change without a
     /// version bump is refused.
@@ -456,6 +476,9 @@ pub struct Snapshot {
     /// step that falls back on its evidence. When none may, the response phases are skipped
     /// for Envoys that add the `x-mom-*` headers themselves (`extproc::service`).
     pub response_work: bool,
+    /// Some identity fails over to another model: a response that fails must reach mom-router,
+    /// through its response phases or through Envoy's failover filter.
+    pub fails_over: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
     /// How long a request's call to each model may wait (`callTimeoutMs`), when serving.

@@ -12,6 +12,7 @@
 
 pub mod answer;
 mod error;
+pub mod failover;
 pub mod recipes;
 pub mod request;
 mod trace;
@@ -111,6 +112,9 @@ pub struct Forward {
     pub headers: request::plugins::HeaderEdits,
     /// What the answer owes before the client gets it, settled in the response phase.
     pub obligations: Obligations,
+    /// How the request is served by another model when its upstream fails before the first
+    /// byte; `None` when it is not (a concrete model, no failover declared).
+    pub failover: Option<Box<failover::Plan>>,
 }
 
 /// What happens to the request.
@@ -152,6 +156,8 @@ pub struct Services {
     /// Model calls give up at their configured `callTimeoutMs` (serving, where Envoy's
     /// message timeout runs); offline tools wait as long as the models take.
     pub model_deadlines: bool,
+    /// Forwarded requests waiting in case their upstream fails (failover).
+    pub parked: Arc<failover::Parked>,
 }
 
 impl Services {
@@ -161,6 +167,7 @@ impl Services {
             state: Arc::new(StateStore::new(snapshot.state.clone())),
             client: None,
             model_deadlines: false,
+            parked: Arc::default(),
         }
     }
 }
@@ -267,7 +274,9 @@ async fn route_chat(
             body,
         };
         return match route_identity(&context, identity, &request, &neural) {
-            Ok((trace, chosen, decision)) => {
+            Ok((mut trace, chosen, decision)) => {
+                let chosen =
+                    failover::healthy(snapshot, state, identity, decision, &mut trace, chosen);
                 let query = neural
                     .embedding
                     .as_ref()
@@ -468,6 +477,7 @@ fn forward(mut trace: Trace, request: ChatRequest, model: &Model) -> Routed {
             fallback: None,
             headers: request::plugins::HeaderEdits::default(),
             obligations: Obligations::default(),
+            failover: None,
         }),
         trace,
     }

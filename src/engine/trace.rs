@@ -38,6 +38,9 @@ pub struct Trace {
     pub grounding: Option<super::answer::grounding::Grounded>,
     /// The upstream response failed and a looper's fallback answer was sent instead.
     pub fallback_used: bool,
+    /// The failover's attempt chain, when the forwarded model failed
+    /// (`qwen2.5-coder-0.5b 503 -> smollm2-135m`).
+    pub failover: Option<String>,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -146,6 +149,7 @@ impl Trace {
             plugins: Vec::new(),
             grounding: None,
             fallback_used: false,
+            failover: None,
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),
@@ -155,7 +159,8 @@ impl Trace {
     }
 
     /// The `x-mom-*` headers describing this outcome; `path` is the response path
-    /// (`upstream` or `immediate`).
+    /// (`upstream`, `immediate` or `fallback`). Values are plain ASCII (HTTP clients garble
+    /// anything else): `−` becomes `-`, `×` `x`, `≥` `>=`, other non-ASCII characters `?`.
     pub fn response_headers(&self, path: &str) -> Vec<(&'static str, String)> {
         let mut headers = vec![
             ("x-mom-response-path", path.to_owned()),
@@ -209,11 +214,19 @@ impl Trace {
         if let Some(grounding) = &self.grounding {
             headers.push(("x-mom-grounding", grounding.label()));
         }
+        if let Some(chain) = &self.failover {
+            headers.push(("x-mom-fallback", chain.clone()));
+        }
         if let Some(run_id) = &self.run_id {
             headers.push(("x-mom-run-id", run_id.clone()));
         }
         if let Some(translation) = &self.translation {
             headers.push(("x-mom-translation", translation.label()));
+        }
+        for (_, value) in &mut headers {
+            if !value.is_ascii() {
+                *value = ascii(value);
+            }
         }
         headers
     }
@@ -271,5 +284,34 @@ impl Trace {
     /// The decision name, or `none` when no decision matched.
     pub fn decision_label(&self) -> &str {
         self.decision.as_deref().unwrap_or("none")
+    }
+}
+
+/// `text` in plain ASCII, for a header value.
+fn ascii(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if c.is_ascii() => out.push(c),
+            '−' | '–' | '—' => out.push('-'),
+            '×' => out.push('x'),
+            '≥' => out.push_str(">="),
+            '≤' => out.push_str("<="),
+            '→' => out.push_str("->"),
+            '≈' => out.push('~'),
+            _ => out.push('?'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod ascii_tests {
+    #[test]
+    fn header_values_are_plain_ascii() {
+        assert_eq!(
+            super::ascii("largest utility 0.667 = P(correct) 0.68 − 0.0085 × 1.01 s, ≥ 2 → ok é"),
+            "largest utility 0.667 = P(correct) 0.68 - 0.0085 x 1.01 s, >= 2 -> ok ?"
+        );
     }
 }

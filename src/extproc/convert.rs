@@ -105,6 +105,9 @@ fn outcome_fields(trace: &Trace, response_path: &str) -> HashMap<String, Value> 
     if let Some(identity) = &trace.identity {
         fields.insert("identity".to_owned(), string(identity));
     }
+    if let Some(chain) = &trace.failover {
+        fields.insert("fallback".to_owned(), string(chain));
+    }
     if let Some(model) = &trace.model {
         fields.insert("decision".to_owned(), string(trace.decision_label()));
         fields.insert("model".to_owned(), string(model));
@@ -268,6 +271,12 @@ fn metadata_with_headers(trace: &Trace) -> Struct {
 
 /// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
 pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
+    immediate_on(reply, trace, "immediate")
+}
+
+/// [`immediate`] on response path `path` (`fallback`: another model's answer after the
+/// forwarded one failed).
+pub fn immediate_on(reply: &Reply, trace: &Trace, path: &str) -> ProcessingResponse {
     let typed = reply
         .headers
         .iter()
@@ -279,7 +288,7 @@ pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
     set_headers.extend(reply.headers.iter().map(|(k, v)| set_header(k, v)));
     set_headers.extend(
         trace
-            .response_headers("immediate")
+            .response_headers(path)
             .iter()
             .map(|(k, v)| set_header(k, v)),
     );
@@ -296,9 +305,35 @@ pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
             details: format!("mom_router_{}", reply.code),
             ..Default::default()
         })),
-        dynamic_metadata: Some(metadata(trace, "immediate")),
+        dynamic_metadata: Some(metadata(trace, path)),
         ..Default::default()
     }
+}
+
+/// The run id a failed response's `mom_router` metadata names (the failover filter's stream).
+pub fn run_id_from(
+    metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
+) -> Option<&str> {
+    let fields = &metadata?.filter_metadata.get(METADATA_NAMESPACE)?.fields;
+    match &fields.get("run_id")?.kind {
+        Some(Kind::StringValue(id)) => Some(id),
+        _ => None,
+    }
+}
+
+/// A response-headers reply that passes the response on with `headers` set.
+pub fn response_headers_setting(headers: &[(&str, &str)]) -> ProcessingResponse {
+    let mut reply = response_headers(None, BodyMode::Unchanged);
+    if let Some(Response::ResponseHeaders(HeadersResponse {
+        response: Some(common),
+    })) = &mut reply.response
+    {
+        let mutation = common.header_mutation.get_or_insert_with(Default::default);
+        mutation
+            .set_headers
+            .extend(headers.iter().map(|(k, v)| set_header(k, v)));
+    }
+    reply
 }
 
 /// How the response body reaches mom-router.

@@ -27,6 +27,11 @@ pub const RESPONSE_HEADERS_METADATA: &str = "x-mom-response-headers";
 /// The value of [`RESPONSE_HEADERS_METADATA`] that declares it.
 pub const HEADERS_FROM_METADATA: &str = "dynamic-metadata";
 
+/// gRPC metadata naming a stream's part in failover: `filter` on the main filter's streams of an
+/// Envoy that also runs the failover filter (a composite filter that opens an ext_proc stream
+/// only for a failed response), `stream` on that failover filter's own streams.
+pub const FAILOVER_METADATA: &str = "x-mom-failover";
+
 /// The ext_proc gRPC service.
 #[derive(Clone)]
 pub struct ExtProcService {
@@ -94,6 +99,10 @@ impl ExternalProcessor for ExtProcService {
             .metadata()
             .get(RESPONSE_HEADERS_METADATA)
             .is_some_and(|v| v.as_bytes() == HEADERS_FROM_METADATA.as_bytes());
+        let failover = request
+            .metadata()
+            .get(FAILOVER_METADATA)
+            .map(|v| v.as_bytes().to_vec());
         let inbound = request.into_inner();
         let state = StreamState::new(
             self.store.snapshot(),
@@ -102,7 +111,9 @@ impl ExternalProcessor for ExtProcService {
         )
         .with_records(self.records.clone())
         .with_spans(self.spans.clone())
-        .with_envoy_adding_headers(envoy_adds_headers);
+        .with_envoy_adding_headers(envoy_adds_headers)
+        .with_failover_filter(failover.as_deref() == Some(b"filter"))
+        .as_failover_stream(failover.as_deref() == Some(b"stream"));
         self.metrics.active_streams.inc();
         let active = ActiveStream(self.metrics.clone());
         // The response stream owns the stream state: each message from Envoy is handled when

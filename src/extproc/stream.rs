@@ -1,6 +1,7 @@
 //! One ext_proc stream (one HTTP request) as a state struct with one function per phase.
 
 mod checked;
+mod failover;
 mod observed;
 mod settle;
 mod traced;
@@ -62,6 +63,15 @@ pub struct StreamState {
     envoy_adds_headers: bool,
     /// This request's response phases are skipped: its headers travel in the metadata.
     unwatched: bool,
+    /// Envoy runs the failover filter: a failed response whose phases are skipped still
+    /// reaches mom-router, on a stream of its own.
+    failover_filter: bool,
+    /// This stream is the failover filter's: it sees one failed response.
+    failover_stream: bool,
+    /// The status of the failed response a failover is running for.
+    failed_status: u16,
+    /// This request, parked for the failover filter while its response phases are skipped.
+    ticket: Option<crate::engine::failover::Ticket>,
 }
 
 impl Drop for StreamState {
@@ -90,6 +100,8 @@ enum Pending {
     Request(HttpBody),
     /// Settle it: contract repair, answer guard, grounding check (the answer parsed once).
     Settle(crate::engine::answer::held::Held),
+    /// Serve a failed response by the next model.
+    FailOver(failover::Failure),
 }
 
 /// The deadline of a contract repair made in the response phase.
@@ -127,6 +139,8 @@ struct Forwarded {
     translator: Option<crate::protocol::StreamTranslator>,
     /// The answer as the client received it, collected for the cache.
     answer: Vec<u8>,
+    /// How a failure before the first byte is served by another model.
+    failover: Option<Box<crate::engine::failover::Plan>>,
 }
 
 impl StreamState {
@@ -147,7 +161,24 @@ impl StreamState {
             relay: None,
             envoy_adds_headers: false,
             unwatched: false,
+            failover_filter: false,
+            failover_stream: false,
+            failed_status: 0,
+            ticket: None,
         }
+    }
+
+    /// Envoy runs the failover filter (its ext_proc stream said so): a request whose response
+    /// phases are skipped still fails over.
+    pub fn with_failover_filter(mut self, present: bool) -> Self {
+        self.failover_filter = present;
+        self
+    }
+
+    /// This stream is the failover filter's own.
+    pub fn as_failover_stream(mut self, failover: bool) -> Self {
+        self.failover_stream = failover;
+        self
     }
 
     /// Envoy adds the `x-mom-*` response headers from the `headers` field of the dynamic
@@ -194,6 +225,7 @@ impl StreamState {
                 "response_body",
                 crate::observability::spans::collecting(calls, self.settle(answer)).await,
             ),
+            Pending::FailOver(failure) => ("response_headers", self.fail_over(failure).await),
         };
         self.note_refusal(&response);
         self.metrics
@@ -222,7 +254,11 @@ impl StreamState {
                 }
                 _ => ("request_body", self.on_request_body(b).await),
             },
-            Request::ResponseHeaders(h) => ("response_headers", self.on_response_headers(h)),
+            Request::ResponseHeaders(h) => match self.hold_failure(h, metadata.as_ref()) {
+                // The failed response waits for the next model: Envoy is asked for the time.
+                Ok(wait) => return Some(wait),
+                Err(h) => ("response_headers", self.on_response_headers(h)),
+            },
             Request::ResponseBody(b) => {
                 let response = match self.held(b) {
                     Ok(answer) if self.must_wait(&answer) => {
@@ -271,6 +307,7 @@ impl StreamState {
             Some(routed) => self.finish(routed),
             None if self.envoy_adds_headers
                 && !self.snapshot.response_work
+                && (self.failover_filter || !self.snapshot.fails_over)
                 && self.headers.path() == engine::CHAT_PATH =>
             {
                 self.unwatched = true;
@@ -370,6 +407,15 @@ impl StreamState {
                     _ => Vec::new(),
                 };
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
+                let mut failover = forward.failover.take();
+                if let (true, Some(run_id)) = (self.unwatched, &trace.run_id) {
+                    if let Some(plan) = failover.take() {
+                        // No response phase will see a failure: the failover filter's will.
+                        let trace = trace.clone();
+                        let waiting = crate::engine::failover::Waiting { plan, trace };
+                        self.ticket = Some(self.services.parked.park(run_id.clone(), waiting));
+                    }
+                }
                 let response = convert::forward(forward, &trace, self.unwatched);
                 self.forwarded = Some(Forwarded {
                     trace,
@@ -388,6 +434,7 @@ impl StreamState {
                     status: 0,
                     translator: None,
                     answer: Vec::new(),
+                    failover,
                 });
                 response
             }

@@ -21,6 +21,17 @@ pub struct SubReply {
     pub latency: Duration,
 }
 
+/// An upstream's answer relayed as it came: any status, its content type and body bytes.
+#[derive(Debug, Clone)]
+pub struct Relayed {
+    /// HTTP status.
+    pub status: u16,
+    /// The `content-type` header, when the upstream sent one.
+    pub content_type: Option<String>,
+    /// The body, whole (a stream's events included).
+    pub body: Vec<u8>,
+}
+
 /// Why a sub-request has no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -104,6 +115,43 @@ impl LlmClient {
             finish_span(span, model, depth, &reply);
         }
         reply
+    }
+
+    /// Posts a client's chat `body` (JSON or a stream) for logical model `model`, waiting at
+    /// most `deadline` for the whole answer; any status comes back as it is.
+    pub async fn relay(
+        &self,
+        model: &str,
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Relayed, CallError> {
+        let request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header(DEPTH_HEADER, "1")
+            .header("x-selected-model", model)
+            .header(TOKEN_HEADER, &self.token)
+            .body(body);
+        within(deadline, async {
+            let response = request
+                .send()
+                .await
+                .map_err(|e| CallError::Transport(e.to_string()))?;
+            let status = response.status().as_u16();
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = read_capped(response, MAX_REPLY_BYTES).await?;
+            Ok(Relayed {
+                status,
+                content_type,
+                body,
+            })
+        })
+        .await
     }
 
     /// The model ids the backend behind logical model `model` lists at `GET /v1/models`,

@@ -80,6 +80,17 @@ pub struct StatusLabels {
     pub class: String,
 }
 
+/// Labels of one model failing over to another.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FallbackLabels {
+    /// The model that failed.
+    pub from: String,
+    /// The model tried next.
+    pub to: String,
+    /// Why `from` failed: its status (`503`, `429`), `timeout` or `transport`.
+    pub reason: String,
+}
+
 /// Labels of a shared-state operation that fell back to this process's copy.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
@@ -124,6 +135,8 @@ pub struct Metrics {
     pub phase_seconds: Family<PhaseLabels, Histogram>,
     /// Upstream response statuses.
     pub upstream_status: Family<StatusLabels, Counter>,
+    /// Requests served by another model after theirs failed, one per hand-over.
+    pub fallbacks: Family<FallbackLabels, Counter>,
     /// Seconds from forwarding a streaming request to its first response chunk.
     pub first_chunk_seconds: Histogram,
     /// Configuration reload attempts.
@@ -199,6 +212,12 @@ impl Metrics {
             "upstream_responses",
             "Upstream responses by model and status class",
             upstream_status.clone(),
+        );
+        let fallbacks = Family::<FallbackLabels, Counter>::default();
+        registry.register(
+            "fallback",
+            "Hand-overs from a failed model to the next one tried",
+            fallbacks.clone(),
         );
         let first_chunk_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         registry.register(
@@ -306,6 +325,7 @@ impl Metrics {
             replied,
             phase_seconds,
             upstream_status,
+            fallbacks,
             first_chunk_seconds,
             reloads,
             active_streams,

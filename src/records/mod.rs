@@ -198,6 +198,7 @@ pub fn from_trace(
             .collect(),
         looper,
         response_path: response_path.to_owned(),
+        fallback: trace.failover.clone().unwrap_or_default(),
         status: 0,
         error: trace
             .error

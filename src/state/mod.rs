@@ -9,12 +9,14 @@
 //! copy with Redis's merged view, so every replica reads what all of them learned.
 
 mod cache;
+mod health;
 mod outcome;
 mod redis;
 mod stats;
 mod window;
 
 pub use cache::{CacheKey, Flight, FlightGuard, Found, Kept};
+pub use health::Health;
 pub use outcome::{Outcome, OutcomeError};
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
@@ -132,6 +134,8 @@ pub struct StateStore {
     pins: moka::sync::Cache<String, Pin>,
     answers: cache::LocalAnswers,
     redis: Option<RedisTier>,
+    /// Consecutive failures per model (failover's cool-down), in this process.
+    pub health: Health,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -165,6 +169,7 @@ impl StateStore {
             credited,
             pins,
             redis: None,
+            health: Health::default(),
         }
     }
 

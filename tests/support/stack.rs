@@ -33,54 +33,71 @@ pub struct Stack {
     /// A client for the public listener.
     pub client: reqwest::Client,
     _servers: Vec<tokio::task::JoinHandle<()>>,
+    _held: Vec<tokio::net::TcpSocket>,
 }
 
 impl Stack {
     /// The quickstart policy over TCP.
     pub async fn start() -> Self {
-        Self::start_mode(Mode::Tcp(&quickstart_config())).await
+        Self::start_mode(Mode::Tcp(&quickstart_config()), None).await
     }
 
     /// A bundle folder bound by `binding` over TCP. In the binding, `INTERNAL_URL` and
     /// `ENVOY_ADMIN` stand for Envoy's internal listener and admin addresses.
     pub async fn start_bundle(bundle: &Path, binding: &str) -> Self {
-        Self::start_mode(Mode::Bundle(bundle, binding)).await
+        Self::start_mode(Mode::Bundle(bundle, binding), None).await
     }
 
     /// Another policy over TCP.
     pub async fn start_with_config(config: &str) -> Self {
-        Self::start_mode(Mode::Tcp(config)).await
+        Self::start_mode(Mode::Tcp(config), None).await
     }
 
     /// The quickstart policy with the sidecar on a Unix socket.
     pub async fn start_on_unix_socket(socket: &Path) -> Self {
-        Self::start_mode(Mode::Unix(&quickstart_config(), socket)).await
+        Self::start_mode(Mode::Unix(&quickstart_config(), socket), None).await
     }
 
     /// Two sidecar replicas with the same policy behind one Envoy, which balances ext_proc
     /// streams between them round robin.
     pub async fn start_replicas(config: &str) -> Self {
-        Self::start_mode(Mode::Replicas(config)).await
+        Self::start_mode(Mode::Replicas(config), None).await
     }
 
     /// Envoy and backends with no sidecar listening.
     pub async fn start_without_sidecar() -> Self {
-        Self::start_mode(Mode::Down(&[])).await
+        Self::start_mode(Mode::Down(&[]), None).await
     }
 
     /// Envoy with its ext_proc filter failing open (`failure_mode_allow: true`), no sidecar.
     pub async fn start_failing_open_without_sidecar() -> Self {
         let open = [("failure_mode_allow: false", "failure_mode_allow: true")];
-        Self::start_mode(Mode::Down(&open)).await
+        Self::start_mode(Mode::Down(&open), None).await
     }
 
-    async fn start_mode(mode: Mode<'_>) -> Self {
+    /// Another policy over TCP, with the backend of model `dead` not listening: Envoy's
+    /// connections to it are refused.
+    pub async fn start_with_dead_backend(config: &str, dead: &str) -> Self {
+        Self::start_mode(Mode::Tcp(config), Some(dead)).await
+    }
+
+    async fn start_mode(mode: Mode<'_>, dead: Option<&str>) -> Self {
         let mut ports = HashMap::new();
         let mut backends = HashMap::new();
         let mut servers = Vec::new();
+        let mut held = Vec::new();
         for (fixed, name) in envoy::BACKENDS {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             ports.insert(fixed, listener.local_addr().unwrap().port());
+            if dead == Some(name) {
+                // Bound but not listening: the port refuses connections, and no other test
+                // can take it.
+                drop(listener);
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind(([127, 0, 0, 1], ports[&fixed]).into()).unwrap();
+                held.push(socket);
+                continue;
+            }
             let mut backend = FakeBackend::new(name);
             backend.chunk_pause = Duration::from_millis(200);
             backends.insert(name, backend.clone());
@@ -94,9 +111,18 @@ impl Stack {
         let mut replica = None;
         let (sidecar, envoy) = match mode {
             Mode::Tcp(config) => {
-                // Loopers reach Envoy's internal listener wherever the test put it.
+                // Loopers and failover reach Envoy's internal listener wherever the test put
+                // it (a policy naming none uses the default, 10001).
                 let internal = format!("http://127.0.0.1:{}", ports[&envoy::INTERNAL]);
-                let config = config.replace("http://127.0.0.1:10001", &internal);
+                let config = if config.contains("internalUrl") {
+                    config.replace("http://127.0.0.1:10001", &internal)
+                } else {
+                    config.replacen(
+                        "server:\n",
+                        &format!("server:\n  internalUrl: {internal}\n"),
+                        1,
+                    )
+                };
                 let sidecar = Sidecar::start(&config, 0).await;
                 ports.insert(envoy::SIDECAR, sidecar.grpc_port());
                 (Some(sidecar), Envoy::start(ports).await)
@@ -157,6 +183,7 @@ impl Stack {
             backends,
             client: reqwest::Client::new(),
             _servers: servers,
+            _held: held,
         }
     }
 

@@ -48,7 +48,12 @@ pub(super) fn compile_identities(
         .collect()
 }
 
-fn model_ref(name: &str, path: String, tables: &Tables<'_>, errors: &mut Errors) -> Option<usize> {
+pub(super) fn model_ref(
+    name: &str,
+    path: String,
+    tables: &Tables<'_>,
+    errors: &mut Errors,
+) -> Option<usize> {
     let found = tables.models.get(name).copied();
     if found.is_none() {
         errors.push(
@@ -223,6 +228,15 @@ fn compile_identity(
             .filter_map(|&d| tables.decisions.get(d)?.as_ref())
             .any(|d| reads_query(&d.plugins));
     let contract = contract_hash(identity, &selected, &signals, &eligible, tables);
+    let failover = identity.failover.as_ref().map(|raw| {
+        let path = format!("{path}.failover");
+        super::failover::compile_failover(raw, &path, &eligible, &selected, tables, errors)
+    });
+    let failover = match failover {
+        Some(Some(failover)) => Some(failover),
+        Some(None) => return None,
+        None => None,
+    };
     let fallback = fallback?;
     ok.then(|| Identity {
         name: identity.name.clone(),
@@ -236,6 +250,7 @@ fn compile_identity(
         decisions: selected,
         signals,
         needs,
+        failover,
         contract,
         plugins,
     })

@@ -5,6 +5,7 @@
 mod algorithms;
 mod answer_plugins;
 mod contracts;
+mod failover;
 mod heads;
 mod identities;
 mod loopers;
@@ -246,10 +247,12 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
                 .any(crate::config::Plugin::reads_answer)
                 || matches!(&identity.fallback, Fallback::Objective(d) if answer_work(d))
         });
+    let fails_over = identities.iter().any(|(_, i)| i.failover.is_some());
     Some(Snapshot {
         looper_budget,
         observe_responses,
         response_work,
+        fails_over,
         version: format!("{label}@{}", &hash[..12.min(hash.len())]),
         server,
         state,

@@ -38,7 +38,7 @@ pub(in crate::engine) enum Ended {
     /// The client's own request goes to this model (an index into the snapshot's models).
     Forward(usize),
     /// A request the recipe wrote is forwarded, with the evidence to answer from if it fails.
-    Synthesis(remom::Synthesis),
+    Synthesis(Box<remom::Synthesis>),
 }
 
 /// A bounded collaboration of models behind one decision. Each records its calls in
@@ -93,7 +93,7 @@ impl Recipe for RemomLooper {
     ) -> Result<Ended, RouteError> {
         remom::remom(k.snapshot, k.client, k.decision, self, request, trace)
             .await
-            .map(Ended::Synthesis)
+            .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
@@ -106,7 +106,7 @@ impl Recipe for FusionLooper {
     ) -> Result<Ended, RouteError> {
         fusion::fusion(k.snapshot, k.client, k.decision, self, request, trace)
             .await
-            .map(Ended::Synthesis)
+            .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
@@ -119,7 +119,7 @@ impl Recipe for WorkflowsLooper {
     ) -> Result<Ended, RouteError> {
         workflows::workflows(k.snapshot, k.client, k.decision, self, request, trace)
             .await
-            .map(Ended::Synthesis)
+            .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
@@ -178,8 +178,11 @@ pub(in crate::engine) async fn run(
         },
         Ok(Ended::Forward(model)) => forward(trace, request, &snapshot.models[model]),
         Ok(Ended::Synthesis(synthesis)) => {
-            let mut forward = synthesis.forward;
-            forward.fallback = synthesis.fallback.map(Box::new);
+            let remom::Synthesis {
+                mut forward,
+                fallback,
+            } = *synthesis;
+            forward.fallback = fallback.map(Box::new);
             trace.model = Some(forward.model.clone());
             trace.provider_model = Some(forward.provider_model.clone());
             Routed {

@@ -240,5 +240,6 @@ pub(in crate::engine) fn briefed(request: &ChatRequest, model: &Model, brief: &s
         fallback: None,
         headers: crate::engine::HeaderEdits::default(),
         obligations: crate::engine::Obligations::default(),
+        failover: None,
     }
 }

@@ -12,6 +12,7 @@ use crate::config::{Decision, Identity, Snapshot};
 use crate::engine::answer::contract;
 use crate::engine::answer::grounding::GroundingCheck;
 use crate::engine::answer::obligations::{settle_in_hand, Obligations};
+use crate::engine::failover;
 use crate::engine::forward;
 use crate::engine::recipes as recipe;
 use crate::engine::refusal;
@@ -89,7 +90,7 @@ pub(in crate::engine) async fn carry_out(
         .grounding
         .map(|rule| GroundingCheck::new(rule, &request));
     let mut ticket = None;
-    let (routed, contract) = if let Some(model) = applied.reroute {
+    let (mut routed, contract) = if let Some(model) = applied.reroute {
         // A guard sends the request to its designated model: no recipe, no session pin.
         trace.selection_reason = format!(
             "rerouted by a guard plugin to {}",
@@ -152,6 +153,18 @@ pub(in crate::engine) async fn carry_out(
         };
         (routed, contract.cloned().map(Box::new))
     };
+    if let (Action::Forward(forward), 0) = (&mut routed.action, depth) {
+        // A looper's last step and a guard's reroute stay where they were sent.
+        let planned = routed.trace.looper.is_none()
+            && forward.fallback.is_none()
+            && applied.reroute.is_none();
+        if let (true, Some(index)) = (planned, snapshot.model_index(&forward.model)) {
+            let scores = &routed.trace.scores;
+            let (body, stream) = (&forward.body, forward.stream);
+            forward.failover =
+                failover::plan(snapshot, identity, decision, scores, index, body, stream);
+        }
+    }
     let obligations = Obligations {
         contract,
         answer_guard: deferred.answer_guard,

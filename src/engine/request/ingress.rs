@@ -41,6 +41,10 @@ pub(in crate::engine) async fn translated(
     let mut translation = Translation::to_chat(protocol, translated.dropped);
     match &mut routed.action {
         Action::Forward(forward) => {
+            if let Some(plan) = &mut forward.failover {
+                // A fallback answers on the chat path, translated back.
+                plan.protocol = Some(protocol);
+            }
             match native_body(snapshot, forward, protocol, body, &translated.body) {
                 Some(native) => {
                     forward.body = native;

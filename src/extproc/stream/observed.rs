@@ -44,6 +44,10 @@ impl StreamState {
         else {
             return;
         };
+        if reply.details == "mom_router_ok" {
+            // An answer (another model's after a failover), not a refusal.
+            return;
+        }
         record.status = reply.status.as_ref().map_or(0, |s| s.code as u32);
         record.error = reply
             .details

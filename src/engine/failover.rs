@@ -1,0 +1,439 @@
+//! Cross-model failover before the first byte. When an identity's forwarded request fails
+//! upstream (a 5xx, a 429, a refused or reset connection, which Envoy answers as a 503) the
+//! request is served by the next candidate of the same decision, in the order the algorithm
+//! ranked them, then by the identity's other models. Each attempt goes through Envoy's
+//! internal listener with the body rewritten for its model; attempts are bounded in number and
+//! by one deadline, and a model that keeps failing is set aside for its cool-down.
+//!
+//! A plan is made when the request is forwarded ([`plan`]); [`fail_over`] runs it when the
+//! failure is seen, from whichever ext_proc stream sees it.
+
+use crate::config::{Decision, Failover, Identity, Snapshot};
+use crate::engine::Trace;
+use crate::llm::client::Relayed;
+use crate::llm::LlmClient;
+use crate::protocol::Protocol;
+use crate::state::StateStore;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a forwarded request needs to be served by another model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The identity called.
+    pub identity: String,
+    /// Models in the order they are tried (indices into the snapshot's models); the first is
+    /// the one the request was forwarded to.
+    pub ranked: Vec<usize>,
+    /// The chat body as forwarded to the first model.
+    pub body: Vec<u8>,
+    /// The client asked for server-sent events.
+    pub stream: bool,
+    /// The client's protocol, when it is not Chat Completions: the answer is translated back.
+    pub protocol: Option<Protocol>,
+    /// The identity's limits.
+    pub policy: Failover,
+}
+
+/// One upstream attempt that did not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The model tried.
+    pub model: String,
+    /// Why it did not answer: the status (`503`, `429`), `timeout` or `transport`.
+    pub failure: String,
+}
+
+/// How a failover ended.
+#[derive(Debug, Clone)]
+pub struct FailedOver {
+    /// The attempts that failed, the first (forwarded) one included.
+    pub failed: Vec<Attempt>,
+    /// The model that answered and its answer, when one did.
+    pub answered: Option<(usize, Relayed)>,
+    /// Time from the failure until the answer (or the last failure).
+    pub elapsed: Duration,
+}
+
+impl FailedOver {
+    /// The attempt chain as the `x-mom-fallback` header shows it, plain ASCII:
+    /// `qwen2.5-coder-0.5b 503 -> smollm2-135m`.
+    pub fn label(&self, snapshot: &Snapshot) -> String {
+        let mut label = String::new();
+        for (i, attempt) in self.failed.iter().enumerate() {
+            if i > 0 {
+                label.push_str(" -> ");
+            }
+            label.push_str(&attempt.model);
+            label.push(' ');
+            label.push_str(&attempt.failure);
+        }
+        match &self.answered {
+            Some((model, _)) => {
+                label.push_str(" -> ");
+                label.push_str(&snapshot.models[*model].name);
+            }
+            None => label.push_str(" -> none answered"),
+        }
+        label
+    }
+}
+
+/// The failover plan of a request forwarded to `forwarded` for `identity` after `decision`
+/// (none: the identity's default) ranked `scores` (model name, score; higher is better).
+/// `None` when the identity declares no failover, or the decision keeps its requests on its
+/// chosen model, or no other model could serve.
+pub(in crate::engine) fn plan(
+    snapshot: &Snapshot,
+    identity: &Identity,
+    decision: Option<&Decision>,
+    scores: &[(String, f64)],
+    forwarded: usize,
+    body: &[u8],
+    stream: bool,
+) -> Option<Box<Plan>> {
+    let policy = identity.failover.as_ref()?;
+    if decision.is_some_and(|d| policy.except.contains(&d.name)) {
+        return None;
+    }
+    let order = order(snapshot, policy, scores, forwarded);
+    (order.len() > 1).then(|| {
+        Box::new(Plan {
+            identity: identity.name.clone(),
+            ranked: order,
+            body: body.to_vec(),
+            stream,
+            protocol: None,
+            policy: policy.clone(),
+        })
+    })
+}
+
+/// The models a request forwarded to `first` is tried on: `first`, the decision's candidates
+/// by `scores` (highest first; equal scores keep the declared order), then the failover's own
+/// models, each once.
+fn order(
+    snapshot: &Snapshot,
+    policy: &Failover,
+    scores: &[(String, f64)],
+    first: usize,
+) -> Vec<usize> {
+    let mut ranked: Vec<(usize, f64)> = scores
+        .iter()
+        .filter_map(|(name, score)| Some((snapshot.model_index(name)?, *score)))
+        .collect();
+    ranked.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
+    let mut order = vec![first];
+    for model in ranked
+        .into_iter()
+        .map(|(m, _)| m)
+        .chain(policy.models.iter().copied())
+    {
+        if !order.contains(&model) {
+            order.push(model);
+        }
+    }
+    order
+}
+
+/// The model to forward to: `chosen`, unless failover set it aside (it kept failing) and a
+/// later model of the same order is not; the selection reason then says so.
+pub(in crate::engine) fn healthy(
+    snapshot: &Snapshot,
+    state: &StateStore,
+    identity: &Identity,
+    decision: Option<&Decision>,
+    trace: &mut Trace,
+    chosen: usize,
+) -> usize {
+    let Some(policy) = &identity.failover else {
+        return chosen;
+    };
+    if decision.is_some_and(|d| policy.except.contains(&d.name)) {
+        return chosen;
+    }
+    let now = Instant::now();
+    let aside = |m: usize| {
+        let name = &snapshot.models[m].name;
+        state
+            .health
+            .set_aside(name, policy.eject_after, policy.cool_down, now)
+    };
+    let Some((failures, left)) = aside(chosen) else {
+        return chosen;
+    };
+    let order = order(snapshot, policy, &trace.scores, chosen);
+    let Some(&next) = order.iter().skip(1).find(|&&m| aside(m).is_none()) else {
+        return chosen;
+    };
+    trace.selection_reason = format!(
+        "{} set aside after {failures} failures in a row (tried again in {} s), so {}; {}",
+        snapshot.models[chosen].name,
+        left.as_secs().max(1),
+        snapshot.models[next].name,
+        trace.selection_reason
+    );
+    next
+}
+
+/// Serves `plan`'s request by its next models after the first failed with `failure`; counts
+/// every failure and success in `state`'s model health.
+pub async fn fail_over(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    state: &StateStore,
+    plan: &Plan,
+    failure: String,
+) -> FailedOver {
+    let started = Instant::now();
+    let health = &state.health;
+    let first = &snapshot.models[plan.ranked[0]].name;
+    health.failed(first, plan.policy.cool_down, started);
+    let mut failed = vec![Attempt {
+        model: first.clone(),
+        failure,
+    }];
+    let policy = &plan.policy;
+    let tries = usize::try_from(policy.max_attempts).unwrap_or(usize::MAX);
+    let mut answered = None;
+    for &index in plan.ranked.iter().skip(1) {
+        let left = policy.deadline.saturating_sub(started.elapsed());
+        if failed.len() >= tries || left.is_zero() {
+            break;
+        }
+        let model = &snapshot.models[index];
+        let now = Instant::now();
+        if health
+            .set_aside(&model.name, policy.eject_after, policy.cool_down, now)
+            .is_some()
+        {
+            continue;
+        }
+        let body = body_for(&plan.body, &model.provider_model);
+        let failure = match client.relay(&model.name, body, left).await {
+            Ok(relayed) if (200..300).contains(&relayed.status) => {
+                health.succeeded(&model.name);
+                answered = Some((index, relayed));
+                break;
+            }
+            Ok(relayed) => relayed.status.to_string(),
+            Err(crate::llm::CallError::Timeout(_)) => "timeout".to_owned(),
+            Err(_) => "transport".to_owned(),
+        };
+        health.failed(&model.name, policy.cool_down, Instant::now());
+        failed.push(Attempt {
+            model: model.name.clone(),
+            failure,
+        });
+    }
+    FailedOver {
+        failed,
+        answered,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// A forwarded request whose response phases Envoy skips, parked in case its upstream fails:
+/// Envoy's failover filter opens a stream only for a failed response, and that stream finds
+/// the request by its run id. (Such a request keeps no run record: records and spans watch
+/// every response.)
+#[derive(Debug)]
+pub struct Waiting {
+    /// How to serve it elsewhere.
+    pub plan: Box<Plan>,
+    /// The evidence behind it, for the fallback's `x-mom-*` headers.
+    pub trace: Trace,
+}
+
+/// Parked requests by run id. An entry lives while its forwarding ext_proc stream does (Envoy
+/// holds that stream open until the response ends), so the map holds requests in flight only.
+#[derive(Debug, Default)]
+pub struct Parked {
+    waiting: Mutex<HashMap<String, Arc<Waiting>>>,
+}
+
+/// A parked request's place; dropping it (the forwarding stream ended) removes it.
+#[derive(Debug)]
+pub struct Ticket {
+    parked: Arc<Parked>,
+    run_id: String,
+}
+
+impl Parked {
+    /// Parks `waiting` under `run_id` until the returned ticket is dropped.
+    pub fn park(self: &Arc<Self>, run_id: String, waiting: Waiting) -> Ticket {
+        if let Ok(mut map) = self.waiting.lock() {
+            map.insert(run_id.clone(), Arc::new(waiting));
+        }
+        Ticket {
+            parked: Arc::clone(self),
+            run_id,
+        }
+    }
+
+    /// Takes the request parked under `run_id`: a request fails over once.
+    pub fn take(&self, run_id: &str) -> Option<Arc<Waiting>> {
+        self.waiting.lock().ok()?.remove(run_id)
+    }
+
+    /// Requests parked now.
+    pub fn len(&self) -> usize {
+        self.waiting.lock().map_or(0, |map| map.len())
+    }
+
+    /// True when none is parked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.parked.waiting.lock() {
+            map.remove(&self.run_id);
+        }
+    }
+}
+
+/// True for an upstream status that fails over: a 5xx or a 429.
+pub fn fails_over(status: u16) -> bool {
+    status == 429 || (500..600).contains(&status)
+}
+
+/// `body` with its `model` set to `provider_model` (unchanged if it is not a JSON object).
+fn body_for(body: &[u8], provider_model: &str) -> Vec<u8> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut object)) => {
+            object.insert("model".to_owned(), provider_model.into());
+            serde_json::Value::Object(object).to_string().into_bytes()
+        }
+        _ => body.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_names_each_attempts_provider_model() {
+        let body = br#"{"model":"Qwen","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&body_for(body, "SmolLM2")).unwrap();
+        assert_eq!(rewritten["model"], "SmolLM2");
+        assert_eq!(rewritten["stream"], true);
+        assert_eq!(rewritten["messages"][0]["content"], "hi");
+    }
+
+    const POLICY: &str = r#"
+version: failover-test
+models:
+  - { name: small, providerModel: small-v1 }
+  - { name: coder, providerModel: coder-v3 }
+  - { name: long, providerModel: long-v2 }
+identities:
+  - name: mom/auto
+    defaultModel: small
+    failover: { maxAttempts: 3, except: [private] }
+signals:
+  - { name: code, type: keyword, keywords: [python] }
+  - { name: secret, type: keyword, keywords: [password] }
+  - { name: chat, type: keyword, keywords: [hello] }
+decisions:
+  - { name: code, priority: 10, rules: { signal: code }, modelRefs: [{ model: coder }] }
+  - { name: private, priority: 20, rules: { signal: secret }, modelRefs: [{ model: small }] }
+  - name: chat
+    priority: 5
+    rules: { signal: chat }
+    algorithm: { type: weighted }
+    modelRefs: [{ model: long, weight: 3 }, { model: small, weight: 1 }]
+"#;
+
+    async fn routed(model: &str, text: &str) -> crate::engine::Routed {
+        let snapshot = crate::config::compile_str(POLICY).unwrap();
+        let services = crate::engine::Services::offline(&snapshot);
+        let body =
+            serde_json::json!({"model": model, "messages": [{"role": "user", "content": text}]});
+        let headers = crate::llm::Headers::new([
+            (":method".to_owned(), "POST".to_owned()),
+            (":path".to_owned(), crate::engine::CHAT_PATH.to_owned()),
+        ]);
+        let body = body.to_string().into_bytes();
+        crate::engine::on_request_body(&snapshot, &services, &headers, &body).await
+    }
+
+    fn plan_of(routed: &crate::engine::Routed) -> Option<&Plan> {
+        match &routed.action {
+            crate::engine::Action::Forward(forward) => forward.failover.as_deref(),
+            crate::engine::Action::Respond(reply) => panic!("expected forward, got {reply:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_plan_tries_the_decisions_ranking_then_the_identitys_other_models() {
+        // One candidate: then the identity's models as declared.
+        let code = routed("mom/auto", "a python question").await;
+        assert_eq!(plan_of(&code).unwrap().ranked, vec![1, 0, 2]);
+        // The weighted split ranks long (3) over small (1), whichever it drew.
+        let chat = routed("mom/auto", "hello there").await;
+        let plan = plan_of(&chat).unwrap();
+        let first = plan.ranked[0];
+        let rest: Vec<usize> = plan.ranked[1..].to_vec();
+        let expected = if first == 2 { vec![0, 1] } else { vec![2, 1] };
+        assert_eq!(rest, expected);
+        // The body the fallback rewrites is the one forwarded.
+        let sent: serde_json::Value = serde_json::from_slice(&plan.body).unwrap();
+        assert_eq!(sent["messages"][0]["content"], "hello there");
+    }
+
+    #[tokio::test]
+    async fn an_excepted_decision_and_a_concrete_model_never_fail_over() {
+        assert!(plan_of(&routed("mom/auto", "my password is hunter2").await).is_none());
+        assert!(plan_of(&routed("coder", "a python question").await).is_none());
+    }
+
+    #[test]
+    fn a_parked_request_is_taken_once_and_leaves_with_its_ticket() {
+        let snapshot = crate::config::compile_str(POLICY).unwrap();
+        let parked = Arc::new(Parked::default());
+        let waiting = || Waiting {
+            plan: Box::new(Plan {
+                identity: "mom/auto".to_owned(),
+                ranked: vec![0, 1],
+                body: b"{}".to_vec(),
+                stream: false,
+                protocol: None,
+                policy: Failover {
+                    max_attempts: 2,
+                    deadline: Duration::from_secs(1),
+                    models: Vec::new(),
+                    except: Vec::new(),
+                    eject_after: 3,
+                    cool_down: Duration::from_secs(1),
+                },
+            }),
+            trace: Trace::empty(&snapshot),
+        };
+        let ticket = parked.park("a".to_owned(), waiting());
+        assert_eq!(parked.len(), 1);
+        assert!(parked.take("b").is_none());
+        assert!(parked.take("a").is_some());
+        assert!(parked.take("a").is_none());
+        drop(ticket);
+        let ticket = parked.park("c".to_owned(), waiting());
+        assert_eq!(parked.len(), 1);
+        drop(ticket);
+        assert!(parked.is_empty());
+    }
+
+    #[test]
+    fn five_hundreds_and_429_fail_over_other_statuses_do_not() {
+        for status in [500, 502, 503, 504, 429] {
+            assert!(fails_over(status), "{status}");
+        }
+        for status in [200, 400, 401, 404, 413] {
+            assert!(!fails_over(status), "{status}");
+        }
+    }
+}

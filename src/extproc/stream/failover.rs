@@ -1,0 +1,171 @@
+//! A failed upstream response served by another model. Two streams see failures: the
+//! forwarding stream itself when it watches the response (its response-headers phase), and the
+//! stream Envoy's failover filter opens for a failed response whose forwarding stream skipped
+//! the response phases (it finds the parked request by run id). Both run the engine's
+//! [`crate::engine::failover::fail_over`] and answer with the fallback's response, or pass the
+//! failure on when no model answered.
+
+use super::{Pending, StreamState, LOOPER_MARGIN, MAX_MESSAGE_TIMEOUT};
+use crate::engine::failover::{self, FailedOver, Plan, Waiting};
+use crate::engine::{Reply, Trace};
+use crate::extproc::convert;
+use crate::observability::metrics::FallbackLabels;
+use envoy_types::pb::envoy::config::core::v3::Metadata;
+use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingResponse};
+use std::sync::Arc;
+
+/// A failed response waiting for its failover.
+pub(super) enum Failure {
+    /// Seen by the forwarding stream: its plan, the failed response's headers.
+    Watched(Box<Plan>, HttpHeaders),
+    /// Seen by the failover filter's stream: the parked request.
+    Parked(Arc<Waiting>),
+}
+
+impl StreamState {
+    /// The failover a response's headers call for, held for [`StreamState::resume`]: Envoy is
+    /// asked to wait for its deadline. `Err` gives the headers back when there is none.
+    pub(super) fn hold_failure(
+        &mut self,
+        message: HttpHeaders,
+        metadata: Option<&Metadata>,
+    ) -> Result<ProcessingResponse, HttpHeaders> {
+        let headers = convert::headers_from(message.headers.as_ref());
+        let status = headers.get(":status").and_then(|s| s.parse::<u16>().ok());
+        if self.services.client.is_none() || !status.is_some_and(failover::fails_over) {
+            return Err(message);
+        }
+        let failure = if self.failover_stream {
+            let run_id = convert::run_id_from(metadata);
+            match run_id.and_then(|id| self.services.parked.take(id)) {
+                Some(waiting) => Failure::Parked(waiting),
+                None => return Err(message),
+            }
+        } else {
+            match self.forwarded.as_mut().and_then(|f| f.failover.take()) {
+                Some(plan) => Failure::Watched(plan, message),
+                None => return Err(message),
+            }
+        };
+        let deadline = match &failure {
+            Failure::Watched(plan, _) => plan.policy.deadline,
+            Failure::Parked(waiting) => waiting.plan.policy.deadline,
+        };
+        self.failed_status = status.unwrap_or_default();
+        self.pending = Some(Pending::FailOver(failure));
+        Ok(convert::extend_timeout(
+            (deadline + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
+        ))
+    }
+
+    /// Runs a held failover: the fallback's answer, or the failure passed on.
+    pub(super) async fn fail_over(&mut self, failure: Failure) -> ProcessingResponse {
+        let snapshot = Arc::clone(&self.snapshot);
+        let Some(client) = self.services.client.clone() else {
+            return convert::response_headers(None, convert::BodyMode::Unchanged);
+        };
+        let state = Arc::clone(&self.services.state);
+        let status = self.failed_status;
+        let reason = status.to_string();
+        match failure {
+            Failure::Watched(plan, message) => {
+                let ended = failover::fail_over(&snapshot, &client, &state, &plan, reason).await;
+                self.count_fallbacks(&ended);
+                let chain = ended.label(&snapshot);
+                let Some(forwarded) = &mut self.forwarded else {
+                    return self.on_response_headers(message);
+                };
+                forwarded.trace.failover = Some(chain.clone());
+                if let Some(record) = &mut self.record {
+                    record.fallback = chain;
+                }
+                let Some((model, relayed)) = ended.answered else {
+                    // No model answered: the failure goes on, translated as any failure is.
+                    return self.on_response_headers(message);
+                };
+                let mut trace = forwarded.trace.clone();
+                set_model(&snapshot, &mut trace, model);
+                let mut reply = reply_of(relayed);
+                let obligations = std::mem::take(&mut forwarded.obligations);
+                crate::engine::answer::obligations::settle_in_hand(
+                    &snapshot,
+                    &state,
+                    obligations,
+                    &mut reply,
+                    &mut trace,
+                )
+                .await;
+                if let Some(protocol) = plan.protocol {
+                    crate::engine::in_protocol(&mut reply, protocol);
+                }
+                if let Some(record) = &mut self.record {
+                    record.model.clone_from(&snapshot.models[model].name);
+                    record
+                        .provider_model
+                        .clone_from(&snapshot.models[model].provider_model);
+                    record.status = u32::from(reply.status);
+                    record.response_path = "fallback".to_owned();
+                }
+                forwarded.trace = trace;
+                convert::immediate_on(&reply, &forwarded.trace, "fallback")
+            }
+            Failure::Parked(waiting) => {
+                let plan = &waiting.plan;
+                let ended = failover::fail_over(&snapshot, &client, &state, plan, reason).await;
+                self.count_fallbacks(&ended);
+                let chain = ended.label(&snapshot);
+                let mut trace = waiting.trace.clone();
+                trace.failover = Some(chain.clone());
+                match ended.answered {
+                    Some((model, relayed)) => {
+                        set_model(&snapshot, &mut trace, model);
+                        convert::immediate_on(&reply_of(relayed), &trace, "fallback")
+                    }
+                    None => convert::response_headers_setting(&[("x-mom-fallback", &chain)]),
+                }
+            }
+        }
+    }
+
+    /// Counts each hand-over of `ended` in `mom_fallback_total`.
+    fn count_fallbacks(&self, ended: &FailedOver) {
+        let next = ended.failed.iter().skip(1).map(|a| a.model.clone()).chain(
+            ended
+                .answered
+                .iter()
+                .map(|(m, _)| self.snapshot.models[*m].name.clone()),
+        );
+        for (attempt, to) in ended.failed.iter().zip(next) {
+            let labels = FallbackLabels {
+                from: attempt.model.clone(),
+                to,
+                reason: attempt.failure.clone(),
+            };
+            self.metrics.fallbacks.get_or_create(&labels).inc();
+        }
+    }
+}
+
+/// `trace` naming model `model` (an index into the snapshot's models) as the one that answered.
+fn set_model(snapshot: &crate::config::Snapshot, trace: &mut Trace, model: usize) {
+    let model = &snapshot.models[model];
+    trace.model = Some(model.name.clone());
+    trace.provider_model = Some(model.provider_model.clone());
+}
+
+/// The fallback's answer as mom-router gives it: its status, content type and body.
+fn reply_of(relayed: crate::llm::client::Relayed) -> Reply {
+    let content_type = relayed
+        .content_type
+        .unwrap_or_else(|| "application/json".to_owned());
+    let mut headers = vec![("content-type".to_owned(), content_type)];
+    if headers[0].1.starts_with("text/event-stream") {
+        headers.push(("cache-control".to_owned(), "no-cache".to_owned()));
+    }
+    Reply {
+        status: relayed.status,
+        body: relayed.body,
+        headers,
+        code: "ok",
+    }
+}
