@@ -267,6 +267,14 @@ pub struct RawModel {
     /// `[chat]`. A request in one of them that no plugin rewrote reaches it untranslated.
     #[serde(default)]
     pub protocols: Vec<crate::protocol::Protocol>,
+    /// Requests the backend serves at once (its slots, e.g. llama.cpp's `--parallel`). Past it a
+    /// request waits: selection adds the expected wait to the model's latency and sets a busy
+    /// model aside when another candidate has a free slot. Default: unbounded.
+    pub max_concurrency: Option<i64>,
+    /// Requests that may wait beyond `maxConcurrency`; when every candidate of a decision has
+    /// this many waiting, the request is refused with 503 and `Retry-After` instead of joining
+    /// a queue. Default: unbounded.
+    pub max_queue: Option<i64>,
 }
 
 /// Price per million input and output tokens, in the operator's currency.

@@ -67,6 +67,11 @@ pub struct Model {
     pub power_watts: Option<f64>,
     /// Protocols besides Chat Completions the backend answers natively.
     pub native: Vec<crate::protocol::Protocol>,
+    /// Requests the backend serves at once, when declared.
+    pub max_concurrency: Option<u32>,
+    /// Requests that may wait beyond `max_concurrency` before the model counts as saturated,
+    /// when declared.
+    pub max_queue: Option<u32>,
 }
 
 impl Model {

@@ -35,6 +35,14 @@ pub enum RouteError {
         /// Every callable name.
         valid: Vec<String>,
     },
+    /// Every candidate model's declared queue is full: the request is shed, not queued.
+    #[error("every model that could serve this request is at capacity ({detail}); retry in {retry_after_s} s")]
+    Saturated {
+        /// Each candidate's load, as the selection reason words it.
+        detail: String,
+        /// Seconds until the least-loaded candidate expects a free slot.
+        retry_after_s: u64,
+    },
     /// The body exceeds the configured limit.
     #[error("request body is {size} bytes; the limit is {limit} bytes")]
     TooLarge {
@@ -141,6 +149,7 @@ impl RouteError {
             Self::Untranslatable(_) => "invalid_request",
             Self::UnknownModel { .. } => "model_not_found",
             Self::TooLarge { .. } => "request_too_large",
+            Self::Saturated { .. } => "model_overloaded",
             Self::NotFound { .. } => "not_found",
             Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::SignalUnavailable { .. } => "signal_unavailable",
@@ -163,6 +172,7 @@ impl RouteError {
             | Self::PolicyUnavailable { .. }
             | Self::LooperFailed { .. }
             | Self::ContractViolated { .. }
+            | Self::Saturated { .. }
             | Self::TooDeep(_) => Fault::Internal,
             Self::InternalAuth
             | Self::JailbreakBlocked { .. }
@@ -186,9 +196,9 @@ impl RouteError {
             Self::TooLarge { .. } => (413, "invalid_request_error"),
             Self::NotFound { .. } => (404, "invalid_request_error"),
             Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),
-            Self::SignalUnavailable { .. } | Self::PolicyUnavailable { .. } => {
-                (503, "server_error")
-            }
+            Self::SignalUnavailable { .. }
+            | Self::PolicyUnavailable { .. }
+            | Self::Saturated { .. } => (503, "server_error"),
             Self::Protocol(_) => (500, "server_error"),
             Self::LooperFailed { .. } | Self::ContractViolated { .. } => (502, "server_error"),
             Self::InternalAuth
@@ -200,6 +210,9 @@ impl RouteError {
         let mut headers = Vec::new();
         if let Self::MethodNotAllowed { allowed, .. } = self {
             headers.push(("allow".to_owned(), (*allowed).to_owned()));
+        }
+        if let Self::Saturated { retry_after_s, .. } = self {
+            headers.push(("retry-after".to_owned(), retry_after_s.to_string()));
         }
         Reply {
             status,

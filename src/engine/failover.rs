@@ -211,6 +211,9 @@ pub async fn fail_over(
             continue;
         }
         let body = body_for(&plan.body, &model.provider_model);
+        let _in_flight = model
+            .max_concurrency
+            .and_then(|_| state.pool.start(&model.name));
         let failure = match client.relay(&model.name, body, left).await {
             Ok(relayed) if (200..300).contains(&relayed.status) => {
                 health.succeeded(&model.name);
@@ -244,13 +247,16 @@ pub struct Waiting {
     pub plan: Box<Plan>,
     /// The evidence behind it, for the fallback's `x-mom-*` headers.
     pub trace: Trace,
+    /// Its place in the forwarded model's in-flight count: ends when the request fails over or
+    /// its stream ends.
+    pub in_flight: Option<crate::state::InFlight>,
 }
 
 /// Parked requests by run id. An entry lives while its forwarding ext_proc stream does (Envoy
 /// holds that stream open until the response ends), so the map holds requests in flight only.
 #[derive(Debug, Default)]
 pub struct Parked {
-    waiting: Mutex<HashMap<String, Arc<Waiting>>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
 }
 
 /// A parked request's place; dropping it (the forwarding stream ended) removes it.
@@ -264,7 +270,7 @@ impl Parked {
     /// Parks `waiting` under `run_id` until the returned ticket is dropped.
     pub fn park(self: &Arc<Self>, run_id: String, waiting: Waiting) -> Ticket {
         if let Ok(mut map) = self.waiting.lock() {
-            map.insert(run_id.clone(), Arc::new(waiting));
+            map.insert(run_id.clone(), waiting);
         }
         Ticket {
             parked: Arc::clone(self),
@@ -273,7 +279,7 @@ impl Parked {
     }
 
     /// Takes the request parked under `run_id`: a request fails over once.
-    pub fn take(&self, run_id: &str) -> Option<Arc<Waiting>> {
+    pub fn take(&self, run_id: &str) -> Option<Waiting> {
         self.waiting.lock().ok()?.remove(run_id)
     }
 
@@ -414,6 +420,7 @@ decisions:
                 },
             }),
             trace: Trace::empty(&snapshot),
+            in_flight: None,
         };
         let ticket = parked.park("a".to_owned(), waiting());
         assert_eq!(parked.len(), 1);

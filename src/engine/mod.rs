@@ -436,7 +436,7 @@ fn route_identity<'s>(
             return Ok((trace, *model, None));
         }
     };
-    let selection = request::select::choose(
+    let chosen = request::select::choose(
         snapshot,
         state,
         decision,
@@ -445,8 +445,12 @@ fn route_identity<'s>(
         query,
         key,
     );
-    trace.selection_reason = selection.reason;
     trace.decision = Some(decision.name.clone());
+    let selection = match chosen {
+        Ok(selection) => selection,
+        Err(error) => return Err(Box::new((error, trace))),
+    };
+    trace.selection_reason = selection.reason;
     trace.confidence = confidence;
     trace.algorithm = decision.algorithm.name();
     trace.scores = decision

@@ -321,3 +321,55 @@ async fn internal_headers_need_the_process_token_and_a_bounded_depth() {
     let offline = on_request_body(&s, &fresh(), &with(&"a".repeat(32), "1"), &body).await;
     assert_eq!(reply_of(&offline).0, 403);
 }
+
+#[tokio::test]
+async fn latency_aware_adds_each_models_expected_wait_to_its_latency() {
+    let s = compile_str(
+        r#"
+models:
+  - {name: fast, providerModel: a, maxConcurrency: 1}
+  - {name: slow, providerModel: b, maxConcurrency: 1}
+identities:
+  - {name: mom/auto, defaultModel: fast}
+signals:
+  - {name: anything, type: context_length, minTokens: 0}
+decisions:
+  - name: pick
+    rules: {signal: anything}
+    modelRefs: [{model: fast}, {model: slow}]
+    algorithm: {type: latency_aware}
+"#,
+    )
+    .unwrap();
+    let services = Services::offline(&s);
+    for (model, total_ms) in [("fast", 100.0), ("slow", 400.0)] {
+        for _ in 0..5 {
+            let timing = crate::state::Timing {
+                at_ms: crate::state::now_ms(),
+                ttft_ms: 5.0,
+                total_ms,
+            };
+            let observation = crate::state::Observation {
+                timing,
+                prompt_tokens: None,
+                completion_tokens: None,
+                estimated_prompt_tokens: 4,
+            };
+            services.state.observe(model, observation);
+        }
+    }
+    let body = chat("mom/auto", "hello");
+    let idle = on_request_body(&s, &services, &post(), &body).await;
+    assert_eq!(forward_of(&idle).model, "fast");
+    // Ten requests ahead on fast's one slot (~1.1 s with its own) against one on slow's
+    // (~0.8 s): both busy, the wait decides.
+    let pool = &services.state.pool;
+    let _busy: Vec<_> = std::iter::repeat_n("fast", 10)
+        .chain(["slow"])
+        .map(|m| pool.start(m))
+        .collect();
+    let loaded = on_request_body(&s, &services, &post(), &body).await;
+    assert_eq!(forward_of(&loaded).model, "slow");
+    let reason = &loaded.trace.selection_reason;
+    assert!(reason.contains("no free slot anywhere: fast busy: 10 in flight on 1 slot, wait ~1 s; slow busy: 1 in flight on 1 slot"), "{reason}");
+}

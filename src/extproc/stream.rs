@@ -72,6 +72,9 @@ pub struct StreamState {
     failed_status: u16,
     /// This request, parked for the failover filter while its response phases are skipped.
     ticket: Option<crate::engine::failover::Ticket>,
+    /// This request's place in its model's in-flight count (a model that declares its slots),
+    /// until the stream ends or the model fails.
+    in_flight: Option<crate::state::InFlight>,
 }
 
 impl Drop for StreamState {
@@ -165,6 +168,7 @@ impl StreamState {
             failover_stream: false,
             failed_status: 0,
             ticket: None,
+            in_flight: None,
         }
     }
 
@@ -408,11 +412,19 @@ impl StreamState {
                 };
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let mut failover = forward.failover.take();
+                let capacity = self.snapshot.model(&model).and_then(|m| m.max_concurrency);
+                let pool = &self.services.state.pool;
+                self.in_flight = capacity.and_then(|_| pool.start(&model));
                 if let (true, Some(run_id)) = (self.unwatched, &trace.run_id) {
                     if let Some(plan) = failover.take() {
                         // No response phase will see a failure: the failover filter's will.
                         let trace = trace.clone();
-                        let waiting = crate::engine::failover::Waiting { plan, trace };
+                        let in_flight = self.in_flight.take();
+                        let waiting = crate::engine::failover::Waiting {
+                            plan,
+                            trace,
+                            in_flight,
+                        };
                         self.ticket = Some(self.services.parked.park(run_id.clone(), waiting));
                     }
                 }

@@ -11,6 +11,7 @@
 mod cache;
 mod health;
 mod outcome;
+mod pool;
 mod redis;
 mod stats;
 mod window;
@@ -18,6 +19,7 @@ mod window;
 pub use cache::{CacheKey, Flight, FlightGuard, Found, Kept};
 pub use health::Health;
 pub use outcome::{Outcome, OutcomeError};
+pub use pool::{InFlight, Pool};
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 
@@ -136,6 +138,8 @@ pub struct StateStore {
     redis: Option<RedisTier>,
     /// Consecutive failures per model (failover's cool-down), in this process.
     pub health: Health,
+    /// Requests in flight per model, in this process.
+    pub pool: Pool,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -170,6 +174,7 @@ impl StateStore {
             pins,
             redis: None,
             health: Health::default(),
+            pool: Pool::default(),
         }
     }
 

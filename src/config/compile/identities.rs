@@ -464,10 +464,12 @@ fn contract_hash(
     let mut models: Vec<usize> = eligible.to_vec();
     models.sort_unstable();
     let document = serde_json::json!({
-        "identity": without(source("identities", &identity.name), &["version", "description"]),
+        // Failover and capacity are operational: they change who serves, not what the
+        // identity promises.
+        "identity": without(source("identities", &identity.name), &["version", "description", "failover"]),
         "decisions": decision_names.iter().map(|d| without(source("decisions", d), &["description"])).collect::<Vec<_>>(),
         "signals": signal_sources,
-        "models": models.iter().filter_map(|&m| tables.compiled_models.get(m)?.as_ref()).map(|m| without(source("models", &m.name), &["description"])).collect::<Vec<_>>(),
+        "models": models.iter().filter_map(|&m| tables.compiled_models.get(m)?.as_ref()).map(|m| without(source("models", &m.name), &["description", "maxConcurrency"])).collect::<Vec<_>>(),
     });
     hex_sha256(document.to_string().as_bytes())
 }

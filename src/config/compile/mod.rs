@@ -471,6 +471,34 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             );
             ok = false;
         }
+        let mut count = |field: &str, value: Option<i64>, least: i64, unit: &str| {
+            let value = value?;
+            match u32::try_from(value) {
+                Ok(n) if value >= least => Some(n),
+                _ => {
+                    errors.push(
+                        format!("{path}.{field}"),
+                        format!("must be at least {least} {unit}, not {value}"),
+                    );
+                    ok = false;
+                    None
+                }
+            }
+        };
+        let max_concurrency = count(
+            "maxConcurrency",
+            model.max_concurrency,
+            1,
+            "request at a time",
+        );
+        let max_queue = count("maxQueue", model.max_queue, 0, "waiting requests");
+        if max_queue.is_some() && model.max_concurrency.is_none() {
+            errors.push(
+                format!("{path}.maxQueue"),
+                "a queue bound needs maxConcurrency (the slots it waits for)",
+            );
+            ok = false;
+        }
         let mut native: Vec<Protocol> = Vec::new();
         for protocol in &model.protocols {
             if *protocol != Protocol::Chat && !native.contains(protocol) {
@@ -490,6 +518,8 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             quality: model.quality,
             power_watts: model.power_watts,
             native,
+            max_concurrency,
+            max_queue,
         }));
     }
     models

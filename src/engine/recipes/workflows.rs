@@ -538,6 +538,8 @@ mod tests {
             quality: None,
             power_watts: None,
             native: Vec::new(),
+            max_concurrency: None,
+            max_queue: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! has been and what feedback it earned, read from the state store and the request, then handed
 //! to the pure algorithms in `selection`.
 
+use super::load::{loads, DEFAULT_SERVICE_MS};
 use crate::config::{Bounds, Decision, Snapshot};
+use crate::engine::RouteError;
 use crate::llm::ChatRequest;
 use crate::selection::{
     self, knn_votes, router_dc_similarities, Algorithm, Candidate, LatencyMetric, Observed,
@@ -15,8 +17,9 @@ use crate::state::StateStore;
 /// sets no cap.
 pub const DEFAULT_COMPLETION_TOKENS: f64 = 256.0;
 
-/// Picks one of `decision`'s candidates within the identity's `bounds`. `query` is the last user
-/// message's embedding, when the identity computed one.
+/// Picks one of `decision`'s candidates within the identity's `bounds` and the pool's load.
+/// `query` is the last user message's embedding, when the identity computed one. Refused when
+/// every candidate's declared queue is full.
 pub(in crate::engine) fn choose(
     snapshot: &Snapshot,
     state: &StateStore,
@@ -25,18 +28,21 @@ pub(in crate::engine) fn choose(
     request: &ChatRequest,
     query: Option<&[f32]>,
     key: u64,
-) -> Selection {
+) -> Result<Selection, RouteError> {
     let algorithm = decision.algorithm;
     let candidates = &decision.candidates;
     if algorithm.needs_embedding() && query.is_none() {
         let mut fallback = selection::select(selection::Algorithm::Static, candidates, &[], key);
         fallback.reason = "query embedding unavailable: first declared model".to_owned();
-        return fallback;
+        return Ok(fallback);
     }
+    let loads = loads(snapshot, state, candidates);
+    let busy = |i: usize| loads[i].is_some_and(|l| l.busy());
     let bounded = bounds.max_cost.is_some() || bounds.latency_slo_ms.is_some();
-    if !bounded && matches!(algorithm, Algorithm::Static | Algorithm::Weighted) {
+    let any_busy = (0..candidates.len()).any(busy);
+    if !bounded && !any_busy && matches!(algorithm, Algorithm::Static | Algorithm::Weighted) {
         // These read no statistics: skip gathering them.
-        return selection::select(algorithm, candidates, &[], key);
+        return Ok(selection::select(algorithm, candidates, &[], key));
     }
     let estimated_prompt = estimate_tokens(request) as f64;
     let cap = request.max_tokens().map(|n| n as f64);
@@ -53,7 +59,7 @@ pub(in crate::engine) fn choose(
     // The router head's predictions (learned): one input per request, one row per candidate;
     // the reason names the request kind its first stage saw.
     let mut kind_seen = None;
-    let predicted: Vec<Option<Predicted>> = match (query, &decision.vectors.router) {
+    let mut predicted: Vec<Option<Predicted>> = match (query, &decision.vectors.router) {
         (Some(query), Some(head)) => {
             let (input, kinds) = head.input_and_kinds(query, request.last_user_text().trim());
             let (best, p) = crate::inference::argmax(&kinds);
@@ -76,6 +82,38 @@ pub(in crate::engine) fn choose(
         }
         _ => vec![0.0; candidates.len()],
     };
+    // Each candidate's service time, then the wait its load adds to it: the learned head's
+    // predicted latency, else the observed one, else a default.
+    let mut service_ms = vec![DEFAULT_SERVICE_MS; candidates.len()];
+    let mut wait_ms = vec![0.0; candidates.len()];
+    for (i, candidate) in candidates.iter().enumerate() {
+        let Some(load) = loads[i] else { continue };
+        let model = &snapshot.models[candidate.model];
+        service_ms[i] = match &predicted[i] {
+            Some(p) => p.latency_ms,
+            None => state
+                .view(&decision.name, &model.name, latency)
+                .latency_ms
+                .unwrap_or(DEFAULT_SERVICE_MS),
+        };
+        wait_ms[i] = load.wait_ms(service_ms[i]);
+        if let Some(p) = &mut predicted[i] {
+            p.latency_ms += wait_ms[i];
+        }
+    }
+    if !loads.is_empty() && loads.iter().all(|l| l.is_some_and(|l| l.saturated())) {
+        let least = wait_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        let detail = (0..candidates.len())
+            .filter_map(|i| {
+                Some(loads[i]?.describe(&snapshot.models[candidates[i].model], service_ms[i]))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(RouteError::Saturated {
+            detail,
+            retry_after_s: (least / 1000.0).ceil().max(1.0) as u64,
+        });
+    }
     let observed: Vec<Observed> = candidates
         .iter()
         .enumerate()
@@ -95,7 +133,7 @@ pub(in crate::engine) fn choose(
             Observed {
                 quality: model.quality.unwrap_or(0.5),
                 expected_cost,
-                latency_ms: view.latency_ms,
+                latency_ms: view.latency_ms.map(|l| l + wait_ms[i]),
                 latency_samples: view.latency_samples,
                 elo: view.elo,
                 reward: view.reward,
@@ -116,12 +154,33 @@ pub(in crate::engine) fn choose(
         });
         cost_ok && latency_ok
     };
-    let allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
+    let mut allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
+    // A busy model is set aside while another allowed candidate has a free slot.
+    let free: Vec<usize> = allowed.iter().copied().filter(|&i| !busy(i)).collect();
+    let set_aside = !free.is_empty() && free.len() < allowed.len();
+    let busy_notes: Vec<String> = allowed
+        .iter()
+        .filter(|&&i| busy(i))
+        .filter_map(|&i| {
+            Some(loads[i]?.describe(&snapshot.models[candidates[i].model], service_ms[i]))
+        })
+        .collect();
+    if set_aside {
+        allowed = free;
+    }
     let mut selection = pick_within(algorithm, candidates, &observed, &allowed, key);
+    if !busy_notes.is_empty() {
+        let verdict = if set_aside {
+            "set aside"
+        } else {
+            "no free slot anywhere"
+        };
+        selection.reason = format!("{}; {verdict}: {}", selection.reason, busy_notes.join("; "));
+    }
     if let Some(kind) = kind_seen {
         selection.reason = format!("{}; {kind}", selection.reason);
     }
-    selection
+    Ok(selection)
 }
 
 /// `algorithm` over the candidates in `allowed` (the others are outside the identity's bounds;

@@ -19,7 +19,7 @@ pub(super) enum Failure {
     /// Seen by the forwarding stream: its plan, the failed response's headers.
     Watched(Box<Plan>, HttpHeaders),
     /// Seen by the failover filter's stream: the parked request.
-    Parked(Arc<Waiting>),
+    Parked(Box<Waiting>),
 }
 
 impl StreamState {
@@ -38,7 +38,11 @@ impl StreamState {
         let failure = if self.failover_stream {
             let run_id = convert::run_id_from(metadata);
             match run_id.and_then(|id| self.services.parked.take(id)) {
-                Some(waiting) => Failure::Parked(waiting),
+                Some(mut waiting) => {
+                    // The failed model is no longer busy with it.
+                    waiting.in_flight = None;
+                    Failure::Parked(Box::new(waiting))
+                }
                 None => return Err(message),
             }
         } else {
@@ -47,6 +51,8 @@ impl StreamState {
                 None => return Err(message),
             }
         };
+        // The failed model is no longer busy with it.
+        self.in_flight = None;
         let deadline = match &failure {
             Failure::Watched(plan, _) => plan.policy.deadline,
             Failure::Parked(waiting) => waiting.plan.policy.deadline,
