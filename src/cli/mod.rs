@@ -428,8 +428,8 @@ pub async fn run_offline(snapshot: &Snapshot, headers: &Headers, body: &[u8]) ->
 pub fn explain_json(routed: &Routed) -> Value {
     let trace = &routed.trace;
     let response_path = match routed.action {
-        Action::Forward(_) => "upstream",
-        Action::Respond(_) => "immediate",
+        Action::Forward(_) => crate::engine::ResponsePath::Upstream,
+        Action::Respond(_) => crate::engine::ResponsePath::Immediate,
     };
     let headers: serde_json::Map<String, Value> = trace
         .response_headers(response_path)

@@ -218,7 +218,7 @@ impl RouteError {
             status,
             body: openai_error(&self.to_string(), error_type, self.code()),
             headers,
-            code: self.code(),
+            code: super::ReplyCode::Refusal(self.code()),
         }
     }
 }

@@ -26,7 +26,7 @@ pub use request::neural::neural_inputs;
 pub use request::plugins::HeaderEdits;
 pub use request::select::DEFAULT_COMPLETION_TOKENS;
 pub use request::session::SessionTrace;
-pub use trace::{PluginAction, PluginOutcome, Trace};
+pub use trace::{PluginAction, PluginOutcome, ResponsePath, Trace};
 
 use crate::config::{Decision, Fallback, Identity, Model, Policy, Snapshot};
 use crate::decision::{self, Fact};
@@ -46,8 +46,27 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// Extra headers (content-type is always JSON).
     pub headers: Vec<(String, String)>,
-    /// Metric label: `ok` for successes, the error code otherwise.
-    pub code: &'static str,
+    /// An answer, or a refusal with its error code.
+    pub code: ReplyCode,
+}
+
+/// What a reply mom-router gives itself is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyCode {
+    /// An answer (a model's list, a cached or composed answer, another model's after failover).
+    Answer,
+    /// A refusal, with its OpenAI error code.
+    Refusal(&'static str),
+}
+
+impl ReplyCode {
+    /// The metric label and `details` suffix: `ok` for an answer, the error code otherwise.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Answer => "ok",
+            Self::Refusal(code) => code,
+        }
+    }
 }
 
 impl Reply {
@@ -57,7 +76,7 @@ impl Reply {
             status: 200,
             body,
             headers: Vec::new(),
-            code: "ok",
+            code: ReplyCode::Answer,
         }
     }
 
@@ -74,13 +93,13 @@ impl Reply {
                 ("content-type".to_owned(), "text/event-stream".to_owned()),
                 ("cache-control".to_owned(), "no-cache".to_owned()),
             ],
-            code: "ok",
+            code: ReplyCode::Answer,
         }
     }
 
     /// True for an answer (not a refusal): the code a success carries.
     pub fn succeeded(&self) -> bool {
-        self.code == "ok"
+        self.code == ReplyCode::Answer
     }
 
     /// True when the body is server-sent events.

@@ -158,12 +158,11 @@ impl Trace {
         }
     }
 
-    /// The `x-mom-*` headers describing this outcome; `path` is the response path
-    /// (`upstream`, `immediate` or `fallback`). Values are plain ASCII (HTTP clients garble
+    /// The `x-mom-*` headers describing this outcome; `path` is how the response was made. Values are plain ASCII (HTTP clients garble
     /// anything else): `−` becomes `-`, `×` `x`, `≥` `>=`, other non-ASCII characters `?`.
-    pub fn response_headers(&self, path: &str) -> Vec<(&'static str, String)> {
+    pub fn response_headers(&self, path: ResponsePath) -> Vec<(&'static str, String)> {
         let mut headers = vec![
-            ("x-mom-response-path", path.to_owned()),
+            ("x-mom-response-path", path.name().to_owned()),
             ("x-mom-config-version", self.config_version.clone()),
         ];
         if let Some(identity) = &self.identity {
@@ -284,6 +283,29 @@ impl Trace {
     /// The decision name, or `none` when no decision matched.
     pub fn decision_label(&self) -> &str {
         self.decision.as_deref().unwrap_or("none")
+    }
+}
+
+/// How the client's response was made: the `x-mom-response-path` header and the record's
+/// `response_path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponsePath {
+    /// The forwarded request's upstream answered.
+    Upstream,
+    /// mom-router answered itself (a refusal, a cache hit, a looper's answer).
+    Immediate,
+    /// Another model answered after the forwarded one failed.
+    Fallback,
+}
+
+impl ResponsePath {
+    /// `upstream`, `immediate` or `fallback`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Upstream => "upstream",
+            Self::Immediate => "immediate",
+            Self::Fallback => "fallback",
+        }
     }
 }
 

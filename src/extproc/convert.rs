@@ -1,6 +1,6 @@
 //! Proto ↔ domain: the only file that builds ext_proc messages.
 
-use crate::engine::{Forward, Reply, Trace};
+use crate::engine::{Forward, Reply, ResponsePath, Trace};
 use crate::llm::Headers;
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption,
@@ -90,14 +90,14 @@ fn string(value: &str) -> Value {
 }
 
 /// The `mom_router` dynamic metadata describing an outcome.
-pub fn metadata(trace: &Trace, response_path: &str) -> Struct {
+pub fn metadata(trace: &Trace, response_path: ResponsePath) -> Struct {
     namespaced(outcome_fields(trace, response_path))
 }
 
 /// The fields of the `mom_router` metadata describing an outcome.
-fn outcome_fields(trace: &Trace, response_path: &str) -> HashMap<String, Value> {
+fn outcome_fields(trace: &Trace, response_path: ResponsePath) -> HashMap<String, Value> {
     let mut fields = HashMap::new();
-    fields.insert("response_path".to_owned(), string(response_path));
+    fields.insert("response_path".to_owned(), string(response_path.name()));
     fields.insert("config_version".to_owned(), string(&trace.config_version));
     if let Some(translation) = &trace.translation {
         fields.insert("protocol".to_owned(), string(translation.protocol.name()));
@@ -248,7 +248,7 @@ pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingRe
         dynamic_metadata: Some(if unwatched {
             metadata_with_headers(trace)
         } else {
-            metadata(trace, "upstream")
+            metadata(trace, ResponsePath::Upstream)
         }),
         ..Default::default()
     }
@@ -257,11 +257,11 @@ pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingRe
 /// [`metadata`] plus `headers`: each `x-mom-*` response header by name.
 fn metadata_with_headers(trace: &Trace) -> Struct {
     let headers = trace
-        .response_headers("upstream")
+        .response_headers(ResponsePath::Upstream)
         .into_iter()
         .map(|(name, value)| (name.to_owned(), string(&value)))
         .collect();
-    let mut fields = outcome_fields(trace, "upstream");
+    let mut fields = outcome_fields(trace, ResponsePath::Upstream);
     let headers = Value {
         kind: Some(Kind::StructValue(Struct { fields: headers })),
     };
@@ -271,12 +271,12 @@ fn metadata_with_headers(trace: &Trace) -> Struct {
 
 /// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
 pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
-    immediate_on(reply, trace, "immediate")
+    immediate_on(reply, trace, ResponsePath::Immediate)
 }
 
 /// [`immediate`] on response path `path` (`fallback`: another model's answer after the
 /// forwarded one failed).
-pub fn immediate_on(reply: &Reply, trace: &Trace, path: &str) -> ProcessingResponse {
+pub fn immediate_on(reply: &Reply, trace: &Trace, path: ResponsePath) -> ProcessingResponse {
     let typed = reply
         .headers
         .iter()
@@ -302,7 +302,7 @@ pub fn immediate_on(reply: &Reply, trace: &Trace, path: &str) -> ProcessingRespo
                 remove_headers: Vec::new(),
             }),
             body: reply.body.clone(),
-            details: format!("mom_router_{}", reply.code),
+            details: format!("mom_router_{}", reply.code.label()),
             ..Default::default()
         })),
         dynamic_metadata: Some(metadata(trace, path)),
@@ -351,7 +351,7 @@ pub enum BodyMode {
 pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResponse {
     let set_headers = trace
         .map(|t| {
-            t.response_headers("upstream")
+            t.response_headers(ResponsePath::Upstream)
                 .iter()
                 .map(|(k, v)| set_header(k, v))
                 .collect()
@@ -427,7 +427,7 @@ pub fn checked_response_body(
         response: Some(Response::ResponseBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: checked.map(|trace| metadata(trace, "upstream")),
+        dynamic_metadata: checked.map(|trace| metadata(trace, ResponsePath::Upstream)),
         ..Default::default()
     }
 }

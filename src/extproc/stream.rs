@@ -9,7 +9,7 @@ mod traced;
 use super::convert;
 use crate::config::Snapshot;
 use crate::engine::Services;
-use crate::engine::{self, Action, Fault, RouteError, Routed, Trace};
+use crate::engine::{self, Action, Fault, ResponsePath, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
     PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, StatusLabels,
@@ -400,7 +400,7 @@ impl StreamState {
                         &self.snapshot,
                         &trace,
                         now_ms(),
-                        "upstream",
+                        ResponsePath::Upstream,
                     ));
                 }
                 let (model, stream) = (forward.model.clone(), forward.stream);
@@ -467,8 +467,12 @@ impl StreamState {
                     trace.run_id = Some(run_id);
                 }
                 if self.keeps_record() && chat {
-                    let mut record =
-                        crate::records::from_trace(&self.snapshot, &trace, now_ms(), "immediate");
+                    let mut record = crate::records::from_trace(
+                        &self.snapshot,
+                        &trace,
+                        now_ms(),
+                        ResponsePath::Immediate,
+                    );
                     record.status = u32::from(reply.status);
                     self.record = Some(record);
                 }
@@ -476,7 +480,7 @@ impl StreamState {
                 self.metrics
                     .replied
                     .get_or_create(&ReplyLabels {
-                        code: reply.code.to_owned(),
+                        code: reply.code.label().to_owned(),
                         status: reply.status,
                     })
                     .inc();
@@ -535,7 +539,7 @@ impl StreamState {
                 forwarded.trace.fallback_used = true;
                 if let Some(record) = &mut self.record {
                     record.status = u32::from(fallback.status);
-                    record.response_path = "immediate".to_owned();
+                    record.response_path = ResponsePath::Immediate.name().to_owned();
                 }
                 if let Some(protocol) = protocol {
                     crate::engine::in_protocol(&mut fallback, protocol);

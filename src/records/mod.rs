@@ -125,7 +125,7 @@ pub fn from_trace(
     snapshot: &Snapshot,
     trace: &Trace,
     time_unix_ms: u64,
-    response_path: &str,
+    response_path: crate::engine::ResponsePath,
 ) -> RunRecord {
     let looper = trace.looper.as_ref().map(|looper| pb::LooperRecord {
         kind: looper.kind.to_owned(),
@@ -197,7 +197,7 @@ pub fn from_trace(
             })
             .collect(),
         looper,
-        response_path: response_path.to_owned(),
+        response_path: response_path.name().to_owned(),
         fallback: trace.failover.clone().unwrap_or_default(),
         status: 0,
         error: trace

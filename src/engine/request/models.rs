@@ -44,6 +44,6 @@ pub(in crate::engine) fn list(snapshot: &Snapshot) -> Reply {
             .to_string()
             .into_bytes(),
         headers: Vec::new(),
-        code: "ok",
+        code: crate::engine::ReplyCode::Answer,
     }
 }

@@ -7,7 +7,7 @@
 
 use super::{Pending, StreamState, LOOPER_MARGIN, MAX_MESSAGE_TIMEOUT};
 use crate::engine::failover::{self, FailedOver, Plan, Waiting};
-use crate::engine::{Reply, Trace};
+use crate::engine::{Reply, ResponsePath, Trace};
 use crate::extproc::convert;
 use crate::observability::metrics::FallbackLabels;
 use envoy_types::pb::envoy::config::core::v3::Metadata;
@@ -110,10 +110,10 @@ impl StreamState {
                         .provider_model
                         .clone_from(&snapshot.models[model].provider_model);
                     record.status = u32::from(reply.status);
-                    record.response_path = "fallback".to_owned();
+                    record.response_path = ResponsePath::Fallback.name().to_owned();
                 }
                 forwarded.trace = trace;
-                convert::immediate_on(&reply, &forwarded.trace, "fallback")
+                convert::immediate_on(&reply, &forwarded.trace, ResponsePath::Fallback)
             }
             Failure::Parked(waiting) => {
                 let plan = &waiting.plan;
@@ -125,7 +125,7 @@ impl StreamState {
                 match ended.answered {
                     Some((model, relayed)) => {
                         set_model(&snapshot, &mut trace, model);
-                        convert::immediate_on(&reply_of(relayed), &trace, "fallback")
+                        convert::immediate_on(&reply_of(relayed), &trace, ResponsePath::Fallback)
                     }
                     None => convert::response_headers_setting(&[("x-mom-fallback", &chain)]),
                 }
@@ -172,6 +172,6 @@ fn reply_of(relayed: crate::llm::client::Relayed) -> Reply {
         status: relayed.status,
         body: relayed.body,
         headers,
-        code: "ok",
+        code: crate::engine::ReplyCode::Answer,
     }
 }

@@ -54,7 +54,7 @@ impl StreamState {
             .strip_prefix("mom_router_")
             .unwrap_or(&reply.details)
             .to_owned();
-        record.response_path = "immediate".to_owned();
+        record.response_path = crate::engine::ResponsePath::Immediate.name().to_owned();
     }
 
     /// Adds the finished response's timings and usage to the model's statistics.
