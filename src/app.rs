@@ -189,6 +189,12 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         reloaded.clone(),
         stopped.clone(),
     )));
+    tasks.push(tokio::spawn(read_queue_metrics(
+        store.clone(),
+        LlmClient::new(&snapshot.server.internal_url, internal_token.clone()),
+        state.clone(),
+        stopped.clone(),
+    )));
     let records_for_admin = records.clone();
     let service = ExtProcService::new(store.clone(), metrics.clone(), services)
         .with_records(records)
@@ -338,6 +344,47 @@ async fn watch_config(
                     tracing::error!(%error, "configuration rejected; keeping the previous one");
                 }
             }
+        }
+    }
+}
+
+/// Reads the queue of every backend whose model declares `queueMetrics` (its `/metrics` through
+/// Envoy's internal listener), each at its own interval, and reports it to the pool, until
+/// `stopped`. A read that fails leaves the last report to expire.
+async fn read_queue_metrics(
+    store: Arc<ConfigStore>,
+    client: LlmClient,
+    state: Arc<crate::state::StateStore>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut due: std::collections::HashMap<String, std::time::Instant> = Default::default();
+    loop {
+        let snapshot = store.snapshot();
+        let now = std::time::Instant::now();
+        for model in &snapshot.models {
+            let Some((format, interval)) = model.queue_metrics else {
+                continue;
+            };
+            if due.get(&model.name).is_some_and(|at| *at > now) {
+                continue;
+            }
+            due.insert(model.name.clone(), now + interval);
+            let patience = interval.min(std::time::Duration::from_secs(2));
+            match client.metrics(&model.name, patience).await {
+                Ok(text) => match format.queued(&text) {
+                    Some(queued) => state.pool.report(&model.name, queued),
+                    None => {
+                        tracing::warn!(model = %model.name, "backend metrics carry no queue gauges")
+                    }
+                },
+                Err(error) => {
+                    tracing::debug!(model = %model.name, %error, "backend metrics unread")
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            _ = stopped.wait_for(|stop| *stop) => return,
         }
     }
 }

@@ -24,6 +24,8 @@ fn policy(queue: &str) -> String {
     format!(
         r#"
 version: pool-test
+server:
+  maxBodyBytes: 1048576
 models:
   - {{ name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct, maxConcurrency: 1{queue} }}
   - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct, maxConcurrency: 1{queue} }}
@@ -110,4 +112,27 @@ async fn when_every_queue_is_full_the_request_is_shed_with_retry_after() {
     assert_eq!(stack.requests_seen(), 2);
     assert_eq!(first.await.unwrap(), 200);
     assert_eq!(second.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_own_queue_counts_requests_other_clients_sent() {
+    let config = policy("").replacen(
+        "maxConcurrency: 1 }",
+        "maxConcurrency: 1, queueMetrics: { format: llamacpp, intervalMs: 100 } }",
+        1,
+    );
+    let stack = Stack::start_with_config(&config).await;
+    // Five requests from elsewhere wait at the coder's server.
+    stack.backends["qwen2.5-coder-0.5b"]
+        .deferred
+        .store(5, Ordering::Relaxed);
+    let seen = support::eventually(Duration::from_secs(5), async || {
+        let response = stack.chat(&ask("hello"), "reported").await;
+        let reason = header(&response, "x-mom-selection-reason");
+        reason
+            .contains("qwen2.5-coder-0.5b busy: 5 in flight on 1 slot")
+            .then(|| header(&response, "x-mom-model"))
+    })
+    .await;
+    assert_eq!(seen.as_deref(), Some("smollm2-135m"));
 }

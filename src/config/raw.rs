@@ -275,6 +275,21 @@ pub struct RawModel {
     /// this many waiting, the request is refused with 503 and `Retry-After` instead of joining
     /// a queue. Default: unbounded.
     pub max_queue: Option<i64>,
+    /// The backend's own queue metrics, read from its `/metrics` through Envoy's internal
+    /// listener: requests running and waiting there count as in flight (requests other replicas
+    /// or other clients sent included). Needs `maxConcurrency`.
+    pub queue_metrics: Option<RawQueueMetrics>,
+}
+
+/// Where a backend reports its queue.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawQueueMetrics {
+    /// `llamacpp` (`llamacpp:requests_processing`, `llamacpp:requests_deferred`) or `vllm`
+    /// (`vllm:num_requests_running`, `vllm:num_requests_waiting`).
+    pub format: crate::state::QueueFormat,
+    /// Time between reads, in milliseconds (default 1000).
+    pub interval_ms: Option<i64>,
 }
 
 /// Price per million input and output tokens, in the operator's currency.

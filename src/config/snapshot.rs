@@ -72,6 +72,8 @@ pub struct Model {
     /// Requests that may wait beyond `max_concurrency` before the model counts as saturated,
     /// when declared.
     pub max_queue: Option<u32>,
+    /// Where the backend reports its queue, and how often to read it.
+    pub queue_metrics: Option<(crate::state::QueueFormat, std::time::Duration)>,
 }
 
 impl Model {

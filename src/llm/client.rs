@@ -154,6 +154,29 @@ impl LlmClient {
         .await
     }
 
+    /// The Prometheus text the backend behind logical model `model` serves at `/metrics`,
+    /// waiting at most `deadline`.
+    pub async fn metrics(&self, model: &str, deadline: Duration) -> Result<String, CallError> {
+        let request = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .header("x-selected-model", model)
+            .header(TOKEN_HEADER, &self.token);
+        within(deadline, async {
+            let response = request
+                .send()
+                .await
+                .map_err(|e| CallError::Transport(e.to_string()))?;
+            let status = response.status().as_u16();
+            if !(200..300).contains(&status) {
+                return Err(CallError::Status(status));
+            }
+            let body = read_capped(response, MAX_METRICS_BYTES).await?;
+            String::from_utf8(body).map_err(|e| CallError::Malformed(e.to_string()))
+        })
+        .await
+    }
+
     /// The model ids the backend behind logical model `model` lists at `GET /v1/models`,
     /// waiting at most `deadline`.
     pub async fn list_models(
@@ -233,6 +256,9 @@ fn finish_span(
     attributes.push(("mom.depth", Value::Int(i64::from(depth))));
     span.finish(format!("chat {model}"), SpanKind::Client, attributes, error);
 }
+
+/// The largest `/metrics` page read.
+const MAX_METRICS_BYTES: usize = 1024 * 1024;
 
 /// The largest sub-request answer read; a longer one is [`CallError::Malformed`].
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;

@@ -12,6 +12,7 @@ mod cache;
 mod health;
 mod outcome;
 mod pool;
+mod queue_metrics;
 mod redis;
 mod stats;
 mod window;
@@ -20,6 +21,7 @@ pub use cache::{CacheKey, Flight, FlightGuard, Found, Kept};
 pub use health::Health;
 pub use outcome::{Outcome, OutcomeError};
 pub use pool::{InFlight, Pool};
+pub use queue_metrics::QueueFormat;
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 

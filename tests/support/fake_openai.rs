@@ -48,6 +48,11 @@ pub struct FakeBackend {
     pub chunk_chars: Arc<AtomicU64>,
     /// When set, every chat request is answered with exactly this: a hostile upstream.
     pub hostile: Arc<Mutex<Option<Hostile>>>,
+    /// Chat requests being answered now (`llamacpp:requests_processing` at `/metrics`).
+    pub in_flight: Arc<AtomicU64>,
+    /// Requests `/metrics` reports as waiting (`llamacpp:requests_deferred`), as if other
+    /// clients had sent them.
+    pub deferred: Arc<AtomicU64>,
 }
 
 /// A reply no well-behaved server sends: any status, headers and body bytes.
@@ -75,6 +80,8 @@ impl FakeBackend {
             queued: Arc::new(Mutex::new(std::collections::VecDeque::new())),
             chunk_chars: Arc::new(AtomicU64::new(0)),
             hostile: Arc::new(Mutex::new(None)),
+            in_flight: Arc::new(AtomicU64::new(0)),
+            deferred: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -116,8 +123,27 @@ impl FakeBackend {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
+            .route("/metrics", get(metrics))
             .route("/health", get(|| async { "ok" }))
             .with_state(self)
+    }
+}
+
+/// llama.cpp's queue gauges, as its server exports them.
+async fn metrics(State(backend): State<FakeBackend>) -> String {
+    format!(
+        "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing {}\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred {}\n",
+        backend.in_flight.load(Ordering::Relaxed),
+        backend.deferred.load(Ordering::Relaxed)
+    )
+}
+
+/// Counts a chat request in flight until dropped.
+struct Answering(Arc<AtomicU64>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -166,6 +192,8 @@ async fn messages(State(backend): State<FakeBackend>, headers: HeaderMap, body: 
 
 async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Bytes) -> Response {
     record(&backend, "/v1/chat/completions", &headers, &body);
+    backend.in_flight.fetch_add(1, Ordering::Relaxed);
+    let _answering = Answering(Arc::clone(&backend.in_flight));
     let delay = backend.delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;

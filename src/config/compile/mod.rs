@@ -492,6 +492,25 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             "request at a time",
         );
         let max_queue = count("maxQueue", model.max_queue, 0, "waiting requests");
+        let queue_metrics = model.queue_metrics.as_ref().and_then(|raw| {
+            let interval = raw.interval_ms.unwrap_or(1000);
+            if model.max_concurrency.is_none() {
+                errors.push(
+                    format!("{path}.queueMetrics"),
+                    "a backend's queue counts against maxConcurrency: declare it too",
+                );
+                ok = false;
+            }
+            if interval < 100 {
+                errors.push(
+                    format!("{path}.queueMetrics.intervalMs"),
+                    format!("must be at least 100 milliseconds, not {interval}"),
+                );
+                ok = false;
+            }
+            let interval = std::time::Duration::from_millis(u64::try_from(interval).ok()?);
+            Some((raw.format, interval))
+        });
         if max_queue.is_some() && model.max_concurrency.is_none() {
             errors.push(
                 format!("{path}.maxQueue"),
@@ -520,6 +539,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             native,
             max_concurrency,
             max_queue,
+            queue_metrics,
         }));
     }
     models

@@ -540,6 +540,7 @@ mod tests {
             native: Vec::new(),
             max_concurrency: None,
             max_queue: None,
+            queue_metrics: None,
         }
     }
 
