@@ -284,3 +284,30 @@ async fn the_run_record_names_every_attempt_and_the_model_that_answered() {
     assert_eq!(record["status"], 200);
     assert_eq!(record["responsePath"], "fallback");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_past_its_first_byte_timeout_hands_the_request_on() {
+    for config in [rules_config(), quickstart_config()] {
+        let config = config.replacen(
+            "providerModel: Qwen2.5-Coder-0.5B-Instruct\n",
+            "providerModel: Qwen2.5-Coder-0.5B-Instruct\n    firstByteTimeoutMs: 300\n",
+            1,
+        );
+        let stack = Stack::start_with_config(&config).await;
+        let coder = &stack.backends["qwen2.5-coder-0.5b"];
+        coder.delay_ms.store(3000, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let response = stack.chat(&ask(CODE), "slow-first-byte").await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-mom-model"), "smollm2-135m");
+        assert_eq!(
+            header(&response, "x-mom-fallback"),
+            "qwen2.5-coder-0.5b 504 -> smollm2-135m"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

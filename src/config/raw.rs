@@ -279,6 +279,10 @@ pub struct RawModel {
     /// listener: requests running and waiting there count as in flight (requests other replicas
     /// or other clients sent included). Needs `maxConcurrency`.
     pub queue_metrics: Option<RawQueueMetrics>,
+    /// Longest wait for the response's headers, in milliseconds (for a JSON answer, the whole
+    /// answer; for a stream, its start). Past it Envoy answers 504 (the ext_proc filter must
+    /// allow `x-envoy-*` mutations) and an identity with failover moves to its next model.
+    pub first_byte_timeout_ms: Option<i64>,
 }
 
 /// Where a backend reports its queue.

@@ -74,6 +74,8 @@ pub struct Model {
     pub max_queue: Option<u32>,
     /// Where the backend reports its queue, and how often to read it.
     pub queue_metrics: Option<(crate::state::QueueFormat, std::time::Duration)>,
+    /// Longest wait for the response's headers, when declared.
+    pub first_byte_timeout: Option<std::time::Duration>,
 }
 
 impl Model {

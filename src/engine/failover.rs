@@ -214,7 +214,8 @@ pub async fn fail_over(
         let _in_flight = model
             .max_concurrency
             .and_then(|_| state.pool.start(&model.name));
-        let failure = match client.relay(&model.name, body, left).await {
+        let relayed = client.relay(&model.name, body, model.first_byte_timeout, left);
+        let failure = match relayed.await {
             Ok(relayed) if (200..300).contains(&relayed.status) => {
                 health.succeeded(&model.name);
                 answered = Some((index, relayed));

@@ -25,6 +25,10 @@ use std::time::Instant;
 /// Time added to a looper's deadline when asking Envoy to wait, for routing and rewriting.
 const LOOPER_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The header that bounds Envoy's wait for the upstream's response headers (its per-try
+/// timeout); needs `mutation_rules: { allow_envoy: true }` on the ext_proc filter.
+const FIRST_BYTE_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
+
 /// The longest wait asked of Envoy: the `max_message_timeout` of `envoy/quickstart.yaml`. Envoy
 /// ignores a larger override, so a looper deadline above it is cut to fit.
 pub const MAX_MESSAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -412,7 +416,13 @@ impl StreamState {
                 };
                 let estimated_prompt_tokens = forward.estimated_prompt_tokens;
                 let mut failover = forward.failover.take();
-                let capacity = self.snapshot.model(&model).and_then(|m| m.max_concurrency);
+                let declared = self.snapshot.model(&model);
+                if let Some(timeout) = declared.and_then(|m| m.first_byte_timeout) {
+                    // Envoy answers 504 when the headers take longer (a failover then runs).
+                    let ms = timeout.as_millis().to_string();
+                    forward.headers.set.push((FIRST_BYTE_HEADER.to_owned(), ms));
+                }
+                let capacity = declared.and_then(|m| m.max_concurrency);
                 let pool = &self.services.state.pool;
                 self.in_flight = capacity.and_then(|_| pool.start(&model));
                 if let (true, Some(run_id)) = (self.unwatched, &trace.run_id) {

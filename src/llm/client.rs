@@ -118,11 +118,13 @@ impl LlmClient {
     }
 
     /// Posts a client's chat `body` (JSON or a stream) for logical model `model`, waiting at
-    /// most `deadline` for the whole answer; any status comes back as it is.
+    /// most `first_byte` for the response's headers and `deadline` for the whole answer; any
+    /// status comes back as it is.
     pub async fn relay(
         &self,
         model: &str,
         body: Vec<u8>,
+        first_byte: Option<Duration>,
         deadline: Duration,
     ) -> Result<Relayed, CallError> {
         let request = self
@@ -134,10 +136,16 @@ impl LlmClient {
             .header(TOKEN_HEADER, &self.token)
             .body(body);
         within(deadline, async {
-            let response = request
-                .send()
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
+            let sending = async {
+                request
+                    .send()
+                    .await
+                    .map_err(|e| CallError::Transport(e.to_string()))
+            };
+            let response = match first_byte {
+                Some(first_byte) => within(first_byte, sending).await?,
+                None => sending.await?,
+            };
             let status = response.status().as_u16();
             let content_type = response
                 .headers()

@@ -511,6 +511,18 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             let interval = std::time::Duration::from_millis(u64::try_from(interval).ok()?);
             Some((raw.format, interval))
         });
+        let first_byte_timeout = match model.first_byte_timeout_ms {
+            Some(ms) if ms <= 0 => {
+                errors.push(
+                    format!("{path}.firstByteTimeoutMs"),
+                    format!("must be a positive number of milliseconds, not {ms}"),
+                );
+                ok = false;
+                None
+            }
+            Some(ms) => Some(std::time::Duration::from_millis(ms.unsigned_abs())),
+            None => None,
+        };
         if max_queue.is_some() && model.max_concurrency.is_none() {
             errors.push(
                 format!("{path}.maxQueue"),
@@ -540,6 +552,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             max_concurrency,
             max_queue,
             queue_metrics,
+            first_byte_timeout,
         }));
     }
     models

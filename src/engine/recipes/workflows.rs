@@ -541,6 +541,7 @@ mod tests {
             max_concurrency: None,
             max_queue: None,
             queue_metrics: None,
+            first_byte_timeout: None,
         }
     }
 
