@@ -165,20 +165,9 @@ impl LlmClient {
     /// The Prometheus text the backend behind logical model `model` serves at `/metrics`,
     /// waiting at most `deadline`.
     pub async fn metrics(&self, model: &str, deadline: Duration) -> Result<String, CallError> {
-        let request = self
-            .http
-            .get(format!("{}/metrics", self.base))
-            .header("x-selected-model", model)
-            .header(TOKEN_HEADER, &self.token);
+        let request = self.http.get(format!("{}/metrics", self.base));
         within(deadline, async {
-            let response = request
-                .send()
-                .await
-                .map_err(|e| CallError::Transport(e.to_string()))?;
-            let status = response.status().as_u16();
-            if !(200..300).contains(&status) {
-                return Err(CallError::Status(status));
-            }
+            let response = self.succeeded(request, model).await?;
             let body = read_capped(response, MAX_METRICS_BYTES).await?;
             String::from_utf8(body).map_err(|e| CallError::Malformed(e.to_string()))
         })
@@ -213,6 +202,21 @@ impl LlmClient {
         request: reqwest::RequestBuilder,
         model: &str,
     ) -> Result<(u16, serde_json::Value), CallError> {
+        let response = self.succeeded(request, model).await?;
+        let status = response.status().as_u16();
+        let bytes = read_capped(response, MAX_REPLY_BYTES).await?;
+        let body =
+            serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
+        Ok((status, body))
+    }
+
+    /// Sends `request` for logical model `model`, signed as this process; the response when
+    /// its status is 2xx.
+    async fn succeeded(
+        &self,
+        request: reqwest::RequestBuilder,
+        model: &str,
+    ) -> Result<reqwest::Response, CallError> {
         let response = request
             .header("x-selected-model", model)
             .header(TOKEN_HEADER, &self.token)
@@ -223,10 +227,7 @@ impl LlmClient {
         if !(200..300).contains(&status) {
             return Err(CallError::Status(status));
         }
-        let bytes = read_capped(response, MAX_REPLY_BYTES).await?;
-        let body =
-            serde_json::from_slice(&bytes).map_err(|e| CallError::Malformed(e.to_string()))?;
-        Ok((status, body))
+        Ok(response)
     }
 }
 
