@@ -14,8 +14,16 @@ use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingResponse};
 use std::sync::Arc;
 
-/// A failed response waiting for its failover.
-pub(super) enum Failure {
+/// A failed response waiting for its failover, and its status.
+pub(super) struct Failure {
+    /// Which stream saw it, and what it holds.
+    seen: Seen,
+    /// The failed response's status.
+    status: u16,
+}
+
+/// Where a failed response was seen.
+enum Seen {
     /// Seen by the forwarding stream: its plan, the failed response's headers.
     Watched(Box<Plan>, HttpHeaders),
     /// Seen by the failover filter's stream: the parked request.
@@ -35,30 +43,30 @@ impl StreamState {
         if self.services.client.is_none() || !status.is_some_and(failover::fails_over) {
             return Err(message);
         }
-        let failure = if self.failover_stream {
+        let seen = if self.failover_stream {
             let run_id = convert::run_id_from(metadata);
             match run_id.and_then(|id| self.services.parked.take(id)) {
                 Some(mut waiting) => {
                     // The failed model is no longer busy with it.
                     waiting.in_flight = None;
-                    Failure::Parked(Box::new(waiting))
+                    Seen::Parked(Box::new(waiting))
                 }
                 None => return Err(message),
             }
         } else {
             match self.forwarded.as_mut().and_then(|f| f.failover.take()) {
-                Some(plan) => Failure::Watched(plan, message),
+                Some(plan) => Seen::Watched(plan, message),
                 None => return Err(message),
             }
         };
         // The failed model is no longer busy with it.
         self.in_flight = None;
-        let deadline = match &failure {
-            Failure::Watched(plan, _) => plan.policy.deadline,
-            Failure::Parked(waiting) => waiting.plan.policy.deadline,
+        let deadline = match &seen {
+            Seen::Watched(plan, _) => plan.policy.deadline,
+            Seen::Parked(waiting) => waiting.plan.policy.deadline,
         };
-        self.failed_status = status.unwrap_or_default();
-        self.pending = Some(Pending::FailOver(failure));
+        let status = status.unwrap_or_default();
+        self.pending = Some(Pending::FailOver(Failure { seen, status }));
         Ok(convert::extend_timeout(
             (deadline + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
         ))
@@ -71,10 +79,10 @@ impl StreamState {
             return convert::response_headers(None, convert::BodyMode::Unchanged);
         };
         let state = Arc::clone(&self.services.state);
-        let status = self.failed_status;
+        let Failure { seen, status } = failure;
         let reason = status.to_string();
-        match failure {
-            Failure::Watched(plan, message) => {
+        match seen {
+            Seen::Watched(plan, message) => {
                 let ended = failover::fail_over(&snapshot, &client, &state, &plan, reason).await;
                 self.count_fallbacks(&ended);
                 let chain = ended.label(&snapshot);
@@ -115,7 +123,7 @@ impl StreamState {
                 forwarded.trace = trace;
                 convert::immediate_on(&reply, &forwarded.trace, ResponsePath::Fallback)
             }
-            Failure::Parked(waiting) => {
+            Seen::Parked(waiting) => {
                 let plan = &waiting.plan;
                 let ended = failover::fail_over(&snapshot, &client, &state, plan, reason).await;
                 self.count_fallbacks(&ended);
