@@ -319,6 +319,47 @@ async fn each_operating_point_moves_the_choice() {
     );
 }
 
+#[tokio::test]
+async fn a_busy_choice_gives_way_only_to_a_model_predicted_nearly_as_likely_to_be_right() {
+    let dir = dir_with_head();
+    // The most probable model (the coder, 0.818 on plain text, small 0.731) with the default
+    // busyMaxLoss (0.05) and with 0.1; each model serves one request at a time.
+    let config = policy(dir.path(), &["latencyWeight: 0", "busyMaxLoss: 0.1"])
+        .replace("providerModel: s}", "providerModel: s, maxConcurrency: 1}")
+        .replace("providerModel: q}", "providerModel: q, maxConcurrency: 1}");
+    let snapshot = compile_str(&config).unwrap();
+    let services = engine::Services::offline(&snapshot);
+    let idle = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    assert_eq!(idle["model"], "qwen2.5-coder-0.5b", "{idle:#}");
+    let _held = services.state.pool.start("qwen2.5-coder-0.5b");
+    // 0.731 is 0.087 below the busy coder: more than 0.05 may be lost, so the request waits.
+    let waits = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
+    assert_eq!(waits["model"], "qwen2.5-coder-0.5b", "{waits:#}");
+    let reason = waits["selection_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no adequate free slot: qwen2.5-coder-0.5b busy: 1 in flight on 1 slot"),
+        "{reason}"
+    );
+    // Within 0.1 it is served at once by the free model, and the reason says why.
+    let moved = explain_with(&snapshot, &services, "mom/i1", PLAIN).await;
+    assert_eq!(moved["model"], "smollm2-135m", "{moved:#}");
+    let reason = moved["selection_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("set aside: qwen2.5-coder-0.5b busy: 1 in flight on 1 slot"),
+        "{reason}"
+    );
+    // Code: small is 0.047 likely, never adequate.
+    let code = explain_with(&snapshot, &services, "mom/i1", CODE).await;
+    assert_eq!(code["model"], "qwen2.5-coder-0.5b", "{code:#}");
+    // A loss outside [0, 1] is a configuration error naming its path.
+    let bad = policy(dir.path(), &["busyMaxLoss: 1.5"]);
+    let errors = compile_str(&bad).unwrap_err().to_string();
+    assert!(
+        errors.contains("decisions[0].algorithm.busyMaxLoss: must be between 0 and 1, got 1.5"),
+        "{errors}"
+    );
+}
+
 #[test]
 fn a_head_for_other_models_or_another_encoder_is_refused_naming_both() {
     let dir = tempfile::tempdir().unwrap();

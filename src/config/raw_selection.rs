@@ -100,6 +100,10 @@ pub enum RawAlgorithm {
         /// (default 20; 0: outcomes never adjust it).
         #[serde(default = "default_prior_outcomes")]
         prior_outcomes: f64,
+        /// The P(correct) a request may give up to be served at once by a model with a free
+        /// slot rather than wait for a busy one (default 0.05).
+        #[serde(default = "default_busy_max_loss")]
+        busy_max_loss: f64,
     },
 }
 
@@ -509,4 +513,8 @@ fn default_total_ms() -> u64 {
 
 fn default_prior_outcomes() -> f64 {
     20.0
+}
+
+fn default_busy_max_loss() -> f64 {
+    crate::selection::DEFAULT_BUSY_MAX_LOSS
 }

@@ -27,7 +27,13 @@ pub struct Allocation {
     pub max_latency_ms: Option<f64>,
     /// How many outcomes the head's prediction is worth (0: outcomes never adjust it).
     pub prior_outcomes: f64,
+    /// The P(correct) a request may give up to be served by a model with a free slot instead
+    /// of waiting for a busy one.
+    pub busy_max_loss: f64,
 }
+
+/// `busyMaxLoss` when the configuration leaves it out.
+pub const DEFAULT_BUSY_MAX_LOSS: f64 = 0.05;
 
 /// Outcomes reported for one candidate under one decision.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -216,6 +222,7 @@ mod tests {
             min_correct: None,
             max_latency_ms: None,
             prior_outcomes: 20.0,
+            busy_max_loss: DEFAULT_BUSY_MAX_LOSS,
         }
     }
 

@@ -9,7 +9,7 @@ mod learned;
 mod objective;
 mod semantic;
 
-pub use allocation::{Allocation, Evidence, Predicted};
+pub use allocation::{Allocation, Evidence, Predicted, DEFAULT_BUSY_MAX_LOSS};
 pub use learned::{elo_update, Beta, ELO_START};
 pub use semantic::{knn_votes, router_dc_similarities, KnnExemplar};
 

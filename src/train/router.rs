@@ -15,7 +15,7 @@ use super::{embed_all, encoder_of, is_held_out, load_config, probe_and_cache, ro
 use super::{sha256_file, FitSettings};
 use crate::inference::{kind_input, RouterHead};
 use crate::records::traces::{self, TracedItem, Traces};
-use crate::selection::{Allocation, Predicted};
+use crate::selection::{Allocation, Predicted, DEFAULT_BUSY_MAX_LOSS};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -209,6 +209,7 @@ pub fn frontier(
             min_correct: None,
             max_latency_ms: None,
             prior_outcomes: 0.0,
+            busy_max_loss: DEFAULT_BUSY_MAX_LOSS,
         };
         points.push(place(
             format!("learned λ={weight}"),
@@ -470,6 +471,7 @@ pub(super) mod tests {
                 min_correct: None,
                 max_latency_ms: None,
                 prior_outcomes: 0.0,
+                busy_max_loss: DEFAULT_BUSY_MAX_LOSS,
             }
             .choose(p)
             .chosen

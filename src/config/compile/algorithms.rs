@@ -189,6 +189,7 @@ pub(super) fn compile_algorithm(
             min_correct,
             max_latency_ms,
             prior_outcomes,
+            busy_max_loss,
         } => {
             let mut ok = latency_weight.is_finite() && *latency_weight >= 0.0;
             if !(prior_outcomes.is_finite() && *prior_outcomes >= 0.0) {
@@ -205,6 +206,7 @@ pub(super) fn compile_algorithm(
                 );
             }
             ok &= min_correct.is_none_or(|floor| unit("minCorrect", floor, errors));
+            ok &= unit("busyMaxLoss", *busy_max_loss, errors);
             ok &= positive("maxLatencyMs", *max_latency_ms, errors);
             ok &= router_head(
                 &base.join(router),
@@ -220,6 +222,7 @@ pub(super) fn compile_algorithm(
                 min_correct: *min_correct,
                 max_latency_ms: *max_latency_ms,
                 prior_outcomes: *prior_outcomes,
+                busy_max_loss: *busy_max_loss,
             };
             (Algorithm::Learned(allocation), Reads::NOTHING, ok)
         }

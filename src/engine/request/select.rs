@@ -154,10 +154,8 @@ pub(in crate::engine) fn choose(
         });
         cost_ok && latency_ok
     };
-    let mut allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
-    // A busy model is set aside while another allowed candidate has a free slot.
-    let free: Vec<usize> = allowed.iter().copied().filter(|&i| !busy(i)).collect();
-    let set_aside = !free.is_empty() && free.len() < allowed.len();
+    let allowed: Vec<usize> = (0..candidates.len()).filter(|&i| within(i)).collect();
+    let first = pick_within(algorithm, candidates, &observed, &allowed, key);
     let busy_notes: Vec<String> = allowed
         .iter()
         .filter(|&&i| busy(i))
@@ -165,13 +163,46 @@ pub(in crate::engine) fn choose(
             Some(loads[i]?.describe(&snapshot.models[candidates[i].model], service_ms[i]))
         })
         .collect();
-    if set_aside {
-        allowed = free;
-    }
-    let mut selection = pick_within(algorithm, candidates, &observed, &allowed, key);
+    // A busy choice is set aside for an adequate allowed candidate with a free slot: any, or
+    // under `learned`, one predicted at most `busyMaxLoss` less likely to be right.
+    let adequate = |i: usize| match (
+        algorithm,
+        observed[i].predicted,
+        observed[first.chosen].predicted,
+    ) {
+        (Algorithm::Learned(allocation), Some(free), Some(busy)) => {
+            free.correct >= busy.correct - allocation.busy_max_loss
+        }
+        _ => true,
+    };
+    let free: Vec<usize> = if busy(first.chosen) {
+        allowed
+            .iter()
+            .copied()
+            .filter(|&i| !busy(i) && adequate(i))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut selection = if free.is_empty() {
+        first
+    } else {
+        let mut kept = pick_among(algorithm, candidates, &observed, &free, key);
+        if allowed.len() < candidates.len() {
+            kept.reason = format!(
+                "{}; {} of {} models outside the identity's bounds",
+                kept.reason,
+                candidates.len() - allowed.len(),
+                candidates.len()
+            );
+        }
+        kept
+    };
     if !busy_notes.is_empty() {
-        let verdict = if set_aside {
+        let verdict = if !free.is_empty() || !busy(selection.chosen) {
             "set aside"
+        } else if allowed.iter().any(|&i| !busy(i)) {
+            "no adequate free slot"
         } else {
             "no free slot anywhere"
         };
@@ -211,21 +242,34 @@ fn pick_within(
             reason: "no model within the identity's bounds: the cheapest".to_owned(),
         };
     }
-    let kept: Vec<Candidate> = allowed.iter().map(|&i| candidates[i]).collect();
-    let kept_observed: Vec<Observed> = allowed.iter().map(|&i| observed[i]).collect();
+    let mut inner = pick_among(algorithm, candidates, observed, allowed, key);
+    inner.reason = format!(
+        "{}; {} of {} models outside the identity's bounds",
+        inner.reason,
+        candidates.len() - allowed.len(),
+        candidates.len()
+    );
+    inner
+}
+
+/// `algorithm` over the candidates in `subset` (not empty); the others score 0.
+fn pick_among(
+    algorithm: Algorithm,
+    candidates: &[Candidate],
+    observed: &[Observed],
+    subset: &[usize],
+    key: u64,
+) -> Selection {
+    let kept: Vec<Candidate> = subset.iter().map(|&i| candidates[i]).collect();
+    let kept_observed: Vec<Observed> = subset.iter().map(|&i| observed[i]).collect();
     let inner = selection::select(algorithm, &kept, &kept_observed, key);
     let mut scores = vec![0.0; candidates.len()];
-    for (score, &i) in inner.scores.iter().zip(allowed) {
+    for (score, &i) in inner.scores.iter().zip(subset) {
         scores[i] = *score;
     }
     Selection {
-        chosen: allowed[inner.chosen],
+        chosen: subset[inner.chosen],
         scores,
-        reason: format!(
-            "{}; {} of {} models outside the identity's bounds",
-            inner.reason,
-            candidates.len() - allowed.len(),
-            candidates.len()
-        ),
+        reason: inner.reason,
     }
 }
