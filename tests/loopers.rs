@@ -176,6 +176,67 @@ async fn a_failing_tentative_model_is_skipped_or_fails_the_request_as_configured
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_sub_call_fails_over_to_a_model_the_looper_does_not_ask() {
+    // The cascade asks SmolLM2, then the coder; the identity fails over to gemma.
+    let config = policy("fail")
+        .replace(
+            "{model: smollm2-135m}, {model: qwen2.5-coder-0.5b}, {model: gemma3-270m}]",
+            "{model: smollm2-135m}, {model: qwen2.5-coder-0.5b}]",
+        )
+        .replace(
+            "defaultModel: smollm2-135m}",
+            "defaultModel: smollm2-135m, failover: {models: [gemma3-270m]}}",
+        );
+    let stack = Stack::start_with_config(&config).await;
+    stack.backends["smollm2-135m"]
+        .fail_status
+        .store(503, Ordering::Relaxed);
+    let response = stack.chat(&ask("what is two plus two", false), "sub").await;
+    assert_eq!(response.status(), 200);
+    // Gemma answered the tentative call, confidently: the coder was never needed.
+    assert_eq!(header(&response, "x-mom-response-path"), "immediate");
+    assert_eq!(header(&response, "x-mom-model"), "gemma3-270m");
+    assert_eq!(
+        header(&response, "x-mom-fallback"),
+        "smollm2-135m 503 -> gemma3-270m"
+    );
+    assert!(
+        header(&response, "x-mom-looper-steps").starts_with("gemma3-270m:confident:"),
+        "{}",
+        header(&response, "x-mom-looper-steps")
+    );
+    let body: Value = response.json().await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("[fake backend gemma3-270m]"), "{text}");
+    // The fallback got the same sub-request, written for its own provider model.
+    let calls = seen(&stack, "gemma3-270m");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["model"], "gemma-3-270m");
+    assert_eq!(calls[0]["max_tokens"], 64);
+    assert!(seen(&stack, "qwen2.5-coder-0.5b").is_empty());
+    let log = stack.envoy.access_log_line("sub").await;
+    assert_eq!(log["mom_fallback"], "smollm2-135m 503 -> gemma3-270m");
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    assert!(
+        metrics.contains(
+            "mom_fallback_total{from=\"smollm2-135m\",to=\"gemma3-270m\",reason=\"503\"} 1"
+        ),
+        "{metrics}"
+    );
+
+    // A 400 is the request's fault: the call is not handed on, and onError: fail refuses.
+    stack.backends["smollm2-135m"]
+        .fail_status
+        .store(400, Ordering::Relaxed);
+    let response = stack
+        .chat(&ask("what is two plus two", false), "sub-400")
+        .await;
+    assert_eq!(response.status(), 502);
+    assert_eq!(header(&response, "x-mom-fallback"), "");
+    assert_eq!(seen(&stack, "gemma3-270m").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_cannot_pose_as_sub_requests() {
     let stack = Stack::start_with_config(&policy("skip")).await;
     // Envoy's public listener strips the internal headers: the request is routed as a client's,

@@ -21,9 +21,9 @@ pub use binding::Artifact;
 pub use error::{ConfigError, ConfigErrors, Errors};
 pub use plugin::{CacheRule, GroundingRule, Plugin};
 pub use snapshot::{
-    Bounds, ConfidenceLooper, Decision, DecisionVectors, Failover, Fallback, FusionLooper,
-    Identity, Listen, Looper, Model, Objective, OnCallError, Policy, Pricing, RatingsLooper,
-    RecordSettings, RemomLooper, Server, Sessions, Snapshot, WorkflowsLooper,
+    Bounds, CallLimits, ConfidenceLooper, Decision, DecisionVectors, Failover, Fallback,
+    FusionLooper, Identity, Listen, Looper, Model, Objective, OnCallError, Policy, Pricing,
+    RatingsLooper, RecordSettings, RemomLooper, Server, Sessions, Snapshot, WorkflowsLooper,
 };
 pub use snapshot::{Contract, OnViolation};
 pub use store::{ConfigStore, ReloadOutcome, Source};

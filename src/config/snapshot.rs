@@ -294,6 +294,17 @@ pub enum Looper {
     Workflows(WorkflowsLooper),
 }
 
+/// The bounds every looper puts on the calls it makes before its answer or its forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Cap on `max_tokens` of each call (a client's smaller cap is kept).
+    pub max_tokens: u64,
+    /// Deadline of one call.
+    pub per_call: std::time::Duration,
+    /// Deadline of all its calls together.
+    pub total: std::time::Duration,
+}
+
 /// Workflows' settings (model fields are candidate indices).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkflowsLooper {
@@ -309,12 +320,8 @@ pub struct WorkflowsLooper {
     pub max_steps: usize,
     /// Steps run at once.
     pub max_parallel: usize,
-    /// Cap on `max_tokens` of every call before the finalizer.
-    pub max_tokens: u64,
-    /// Deadline of one call.
-    pub per_call: std::time::Duration,
-    /// Deadline of planning, steps and verification.
-    pub total: std::time::Duration,
+    /// The bounds on its calls.
+    pub limits: CallLimits,
     /// A failed step or an invalid plan.
     pub on_error: OnCallError,
 }
@@ -342,12 +349,8 @@ pub struct RemomLooper {
     pub max_concurrent: usize,
     /// Panel answers needed.
     pub min_successes: usize,
-    /// Cap on `max_tokens` of each panel call.
-    pub max_tokens: u64,
-    /// Deadline of one panel call.
-    pub per_call: std::time::Duration,
-    /// Deadline of the panel.
-    pub total: std::time::Duration,
+    /// The bounds on its calls.
+    pub limits: CallLimits,
 }
 
 impl Looper {
@@ -365,11 +368,11 @@ impl Looper {
     /// The deadline of all its calls.
     pub fn total(&self) -> std::time::Duration {
         match self {
-            Self::Confidence(c) => c.total,
-            Self::Ratings(r) => r.total,
-            Self::Remom(r) => r.total,
-            Self::Fusion(f) => f.panel.total,
-            Self::Workflows(w) => w.total,
+            Self::Confidence(c) => c.limits.total,
+            Self::Ratings(r) => r.limits.total,
+            Self::Remom(r) => r.limits.total,
+            Self::Fusion(f) => f.panel.limits.total,
+            Self::Workflows(w) => w.limits.total,
         }
     }
 }
@@ -381,12 +384,8 @@ pub struct RatingsLooper {
     pub max_concurrent: usize,
     /// Answers needed.
     pub min_successes: usize,
-    /// Cap on `max_tokens` of each call.
-    pub max_tokens: u64,
-    /// Deadline of one call.
-    pub per_call: std::time::Duration,
-    /// Deadline of all calls.
-    pub total: std::time::Duration,
+    /// The bounds on its calls.
+    pub limits: CallLimits,
 }
 
 /// The confidence cascade's settings.
@@ -398,12 +397,8 @@ pub struct ConfidenceLooper {
     pub threshold: f64,
     /// Candidate indices in escalation order; the last is forwarded when none is confident.
     pub order: Vec<usize>,
-    /// Cap on `max_tokens` of the tentative calls.
-    pub max_tokens: u64,
-    /// Deadline of one tentative call.
-    pub per_call: std::time::Duration,
-    /// Deadline of all tentative calls.
-    pub total: std::time::Duration,
+    /// The bounds on its calls.
+    pub limits: CallLimits,
     /// What a failed tentative call does.
     pub on_error: OnCallError,
 }

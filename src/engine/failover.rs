@@ -11,7 +11,7 @@
 use crate::config::{Decision, Failover, Identity, Snapshot};
 use crate::engine::Trace;
 use crate::llm::client::Relayed;
-use crate::llm::LlmClient;
+use crate::llm::{CallError, LlmClient, SubReply};
 use crate::protocol::Protocol;
 use crate::state::StateStore;
 use std::collections::HashMap;
@@ -45,6 +45,17 @@ pub struct Attempt {
     pub failure: String,
 }
 
+/// A call handed from a failed model to the next, as `mom_fallback_total` counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handover {
+    /// The model that failed.
+    pub from: String,
+    /// The model tried next.
+    pub to: String,
+    /// The failure: the status (`503`, `429`), `timeout` or `transport`.
+    pub reason: String,
+}
+
 /// How a failover ended.
 #[derive(Debug, Clone)]
 pub struct FailedOver {
@@ -60,23 +71,139 @@ impl FailedOver {
     /// The attempt chain as the `x-mom-fallback` header shows it, plain ASCII:
     /// `qwen2.5-coder-0.5b 503 -> smollm2-135m`.
     pub fn label(&self, snapshot: &Snapshot) -> String {
-        let mut label = String::new();
-        for (i, attempt) in self.failed.iter().enumerate() {
-            if i > 0 {
-                label.push_str(" -> ");
-            }
-            label.push_str(&attempt.model);
-            label.push(' ');
-            label.push_str(&attempt.failure);
+        let answered = self.answered.as_ref().map(|(m, _)| &snapshot.models[*m]);
+        chain(&self.failed, answered.map(|m| m.name.as_str()))
+    }
+}
+
+/// An attempt chain, plain ASCII: `qwen2.5-coder-0.5b 503 -> smollm2-135m`, or `... -> none
+/// answered`.
+fn chain(failed: &[Attempt], answered: Option<&str>) -> String {
+    let mut label = String::new();
+    for (i, attempt) in failed.iter().enumerate() {
+        if i > 0 {
+            label.push_str(" -> ");
         }
-        match &self.answered {
-            Some((model, _)) => {
-                label.push_str(" -> ");
-                label.push_str(&snapshot.models[*model].name);
+        label.push_str(&attempt.model);
+        label.push(' ');
+        label.push_str(&attempt.failure);
+    }
+    label.push_str(" -> ");
+    label.push_str(answered.unwrap_or("none answered"));
+    label
+}
+
+/// How a looper's sub-call ended.
+#[derive(Debug)]
+pub(in crate::engine) struct SubCall {
+    /// The model that answered, or the last one tried (an index into the snapshot's models).
+    pub model: usize,
+    /// Its answer, or the last error.
+    pub result: Result<SubReply, CallError>,
+    /// The attempts that failed and handed the call on, in order.
+    pub failed: Vec<Attempt>,
+}
+
+impl SubCall {
+    /// The attempt chain when the call was handed on (`smollm2-135m 503 -> gemma3-270m`).
+    pub fn label(&self, snapshot: &Snapshot) -> Option<String> {
+        let answered = self
+            .result
+            .is_ok()
+            .then(|| snapshot.models[self.model].name.as_str());
+        (!self.failed.is_empty()).then(|| chain(&self.failed, answered))
+    }
+
+    /// Each hand-over from a failed model to the next.
+    pub fn handovers(&self, snapshot: &Snapshot) -> Vec<Handover> {
+        let next = self.failed.iter().skip(1).map(|a| a.model.clone()).chain(
+            self.result
+                .is_ok()
+                .then(|| snapshot.models[self.model].name.clone()),
+        );
+        self.failed
+            .iter()
+            .zip(next)
+            .map(|(a, to)| Handover {
+                from: a.model.clone(),
+                to,
+                reason: a.failure.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A looper's sub-call to `model` (an index into the snapshot's models) with `body`, answered
+/// within `deadline`. With the identity's failover `policy` (and the `fallbacks` it allows), a 5xx or 429 (Envoy answers a
+/// refused or reset connection with 503) hands the same body, rewritten for each model, to
+/// `fallbacks` in order, skipping those set aside: `maxAttempts` attempts in all, the fallbacks
+/// within the policy's deadline and the call's own. Model health counts every attempt.
+pub(in crate::engine) async fn sub_call(
+    snapshot: &Snapshot,
+    client: &LlmClient,
+    state: &StateStore,
+    failover: Option<(&Failover, &[usize])>,
+    model: usize,
+    body: Vec<u8>,
+    deadline: Duration,
+) -> SubCall {
+    let name = |m: usize| snapshot.models[m].name.as_str();
+    let Some((policy, fallbacks)) = failover else {
+        let result = client.chat(name(model), body, 1, deadline).await;
+        return SubCall {
+            model,
+            result,
+            failed: Vec::new(),
+        };
+    };
+    let started = Instant::now();
+    let health = &state.health;
+    let tries = usize::try_from(policy.max_attempts).unwrap_or(usize::MAX);
+    let mut failed = Vec::new();
+    let mut current = model;
+    let mut result = client.chat(name(model), body.clone(), 1, deadline).await;
+    let mut fallbacks = fallbacks.iter().copied().filter(|&m| m != model);
+    let mut handed_on_at = None;
+    loop {
+        let failure = match &result {
+            Ok(_) => {
+                health.succeeded(name(current));
+                break;
             }
-            None => label.push_str(" -> none answered"),
+            Err(CallError::Status(status)) if *status >= 500 || *status == 429 => {
+                status.to_string()
+            }
+            Err(_) => break,
+        };
+        let now = Instant::now();
+        health.failed(name(current), policy.cool_down, now);
+        failed.push(Attempt {
+            model: name(current).to_owned(),
+            failure,
+        });
+        let since = *handed_on_at.get_or_insert(now);
+        let left = policy
+            .deadline
+            .saturating_sub(since.elapsed())
+            .min(deadline.saturating_sub(started.elapsed()));
+        if failed.len() >= tries || left.is_zero() {
+            break;
         }
-        label
+        let Some(next) = fallbacks.find(|&m| {
+            health
+                .set_aside(name(m), policy.eject_after, policy.cool_down, now)
+                .is_none()
+        }) else {
+            break;
+        };
+        current = next;
+        let body = body_for(&body, &snapshot.models[next].provider_model);
+        result = client.chat(name(next), body, 1, left).await;
+    }
+    SubCall {
+        model: current,
+        result,
+        failed,
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Trace {
     /// The failover's attempt chain, when the forwarded model failed
     /// (`qwen2.5-coder-0.5b 503 -> smollm2-135m`).
     pub failover: Option<String>,
+    /// Each looper sub-call handed from a failed model to the next (the forwarded request's
+    /// own hand-overs are counted where its failover runs).
+    pub handovers: Vec<crate::engine::failover::Handover>,
     /// Logical model chosen.
     pub model: Option<String>,
     /// Provider model id written into the body.
@@ -150,6 +153,7 @@ impl Trace {
             grounding: None,
             fallback_used: false,
             failover: None,
+            handovers: Vec::new(),
             model: None,
             provider_model: None,
             config_version: snapshot.version.clone(),

@@ -13,7 +13,7 @@ use crate::engine::Services;
 use crate::engine::{self, Action, Fault, ResponsePath, RouteError, Routed, Trace};
 use crate::llm::{Headers, UsageScanner};
 use crate::observability::metrics::{
-    PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels,
+    FallbackLabels, PhaseLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels,
 };
 use crate::observability::Metrics;
 use crate::state::{now_ms, Run};
@@ -354,6 +354,14 @@ impl StreamState {
                 outcome: action.outcome.name(),
             };
             self.metrics.plugin_actions.get_or_create(&labels).inc();
+        }
+        for handover in &trace.handovers {
+            let labels = FallbackLabels {
+                from: handover.from.clone(),
+                to: handover.to.clone(),
+                reason: handover.reason.clone(),
+            };
+            self.metrics.fallbacks.get_or_create(&labels).inc();
         }
         for result in trace.signals.iter().filter(|r| r.error.is_some()) {
             self.metrics

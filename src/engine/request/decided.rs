@@ -1,11 +1,11 @@
 //! What happens once the decision is made: the plugins (guards may refuse or reroute, rewrites
-//! change the request), the semantic cache (a hit answers now), then the decision's recipe or its
+//! change the request), the semantic cache (a hit answers now), then the decision's looper or its
 //! single model (with session continuity); last, the answer's obligations (output contract,
 //! answer guard, grounding check, masked values, cache ticket) are bound to the forwarded
 //! request with its header edits, or settled at once on an answer already in hand.
 
 use super::cache::{self, Consulted};
-use super::plugins::{self, HeaderEdits};
+use super::plugins;
 use super::session;
 use super::tools;
 use crate::config::{Decision, Identity, Snapshot};
@@ -14,9 +14,10 @@ use crate::engine::answer::grounding::GroundingCheck;
 use crate::engine::answer::obligations::{settle_in_hand, Obligations};
 use crate::engine::failover;
 use crate::engine::forward;
-use crate::engine::recipes as recipe;
+use crate::engine::loopers;
 use crate::engine::refusal;
 use crate::engine::Action;
+use crate::engine::HeaderEdits;
 use crate::engine::LooperTrace;
 use crate::engine::Routed;
 use crate::engine::Services;
@@ -91,7 +92,7 @@ pub(in crate::engine) async fn carry_out(
         .map(|rule| GroundingCheck::new(rule, &request));
     let mut ticket = None;
     let (mut routed, contract) = if let Some(model) = applied.reroute {
-        // A guard sends the request to its designated model: no recipe, no session pin.
+        // A guard sends the request to its designated model: no looper, no session pin.
         trace.selection_reason = format!(
             "rerouted by a guard plugin to {}",
             snapshot.models[model].name
@@ -137,11 +138,19 @@ pub(in crate::engine) async fn carry_out(
         let looper = decision.and_then(|d| d.looper.as_ref().map(|l| (d, l)));
         let routed = match (looper, &services.client, depth) {
             (Some((decision, looper)), Some(client), 0) => {
-                recipe::run(snapshot, client, state, decision, looper, request, trace).await
+                // A decision the failover excepts keeps its sub-calls on their models too.
+                let failover = identity
+                    .failover
+                    .as_ref()
+                    .filter(|policy| !policy.except.contains(&decision.name));
+                loopers::run(
+                    snapshot, client, state, failover, decision, looper, request, trace,
+                )
+                .await
             }
             (planned, _, _) => {
                 if let (Some((_, looper)), None) = (planned, &services.client) {
-                    // Offline (`explain`): the recipe is shown, not run.
+                    // Offline (`explain`): the looper is shown, not run.
                     trace.looper = Some(LooperTrace::new(looper.name()));
                 }
                 let model = session::continue_session(

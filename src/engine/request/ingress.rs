@@ -5,9 +5,9 @@
 //! otherwise to the chat path, owed a translation back. An answer in hand (a recipe's, the
 //! cache's, a refusal) is translated at once.
 
+use super::route::route_chat;
 use crate::config::Snapshot;
 use crate::engine::refusal;
-use crate::engine::route_chat;
 use crate::engine::Action;
 use crate::engine::Forward;
 use crate::engine::Reply;

@@ -5,6 +5,7 @@
 
 use crate::config::{CacheRule, Contract, GroundingRule, Plugin, Snapshot};
 use crate::engine::answer::pii_mask::Masker;
+use crate::engine::HeaderEdits;
 use crate::engine::PluginOutcome::{Blocked, Masked, Passed, Rerouted};
 use crate::engine::RouteError;
 use crate::engine::{PluginAction, PluginOutcome, Trace};
@@ -12,15 +13,6 @@ use crate::llm::ChatRequest;
 use crate::signals::pii_patterns::PiiKind;
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-/// Header edits for the forwarded request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HeaderEdits {
-    /// Set (lower-case name, value).
-    pub set: Vec<(String, String)>,
-    /// Removed (lower-case names).
-    pub remove: Vec<String>,
-}
 
 /// What the plugins left for the rest of the request.
 #[derive(Debug, Default)]

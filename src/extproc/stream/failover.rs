@@ -89,6 +89,11 @@ impl StreamState {
                 let Some(forwarded) = &mut self.forwarded else {
                     return self.on_response_headers(message);
                 };
+                // A looper's sub-calls may have failed over before: both chains are shown.
+                let chain = match forwarded.trace.failover.take() {
+                    Some(earlier) => format!("{earlier}; {chain}"),
+                    None => chain,
+                };
                 forwarded.trace.failover = Some(chain.clone());
                 if let Some(record) = &mut self.record {
                     record.fallback = chain;

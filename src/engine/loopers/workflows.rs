@@ -5,7 +5,7 @@
 //! finalizer writes the answer from them, forwarded through Envoy so it streams. The last step
 //! result is held as the fallback when the finalizer fails.
 
-use super::looper::{add_usage, answer, fan_out, LooperTrace, Step};
+use super::calls::{add_usage, answer, fan_out, Caller, LooperTrace, Step};
 use super::remom::{briefed, Synthesis};
 use crate::config::{Decision, Model, OnCallError, Snapshot, WorkflowsLooper};
 use crate::engine::RouteError;
@@ -32,20 +32,20 @@ pub(in crate::engine) struct PlanStep {
 /// Runs the workflow of `decision` and prepares the finalizer's request.
 pub(in crate::engine) async fn workflows(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     decision: &Decision,
     looper: &WorkflowsLooper,
     request: &ChatRequest,
     trace: &mut Trace,
 ) -> Result<Synthesis, RouteError> {
     let started = Instant::now();
-    let left = || looper.total.saturating_sub(started.elapsed());
+    let left = || looper.limits.total.saturating_sub(started.elapsed());
     let model_of = |candidate: usize| &snapshot.models[decision.candidates[candidate].model];
     let workers: Vec<(usize, &Model)> = looper.workers.iter().map(|&w| (w, model_of(w))).collect();
     let mut record = LooperTrace::new("workflows");
     let finalizer = model_of(looper.finalizer);
     let plan = plan(
-        client,
+        caller.client,
         model_of(looper.planner),
         looper,
         &workers,
@@ -74,7 +74,7 @@ pub(in crate::engine) async fn workflows(
     };
     let results = run_steps(
         snapshot,
-        client,
+        caller,
         decision,
         looper,
         &plan,
@@ -86,7 +86,7 @@ pub(in crate::engine) async fn workflows(
     let verdict = match (looper.verifier, left().is_zero()) {
         (Some(verifier), false) if results.iter().any(Option::is_some) => {
             verify(
-                client,
+                caller.client,
                 model_of(verifier),
                 looper,
                 &plan,
@@ -160,12 +160,15 @@ async fn plan(
     let started = Instant::now();
     let mut last_reason = String::new();
     for attempt in 0..2 {
-        let deadline = looper.per_call.min(left.saturating_sub(started.elapsed()));
+        let deadline = looper
+            .limits
+            .per_call
+            .min(left.saturating_sub(started.elapsed()));
         if deadline.is_zero() {
             break;
         }
         let body = json!({"model": planner.provider_model, "stream": false,
-                          "max_tokens": looper.max_tokens, "messages": messages});
+                          "max_tokens": looper.limits.max_tokens, "messages": messages});
         let called = client
             .chat(&planner.name, body.to_string().into_bytes(), 1, deadline)
             .await;
@@ -280,7 +283,7 @@ pub(in crate::engine) fn validate(
 )]
 async fn run_steps(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     decision: &Decision,
     looper: &WorkflowsLooper,
     plan: &[PlanStep],
@@ -288,7 +291,7 @@ async fn run_steps(
     record: &mut LooperTrace,
     started: Instant,
 ) -> Result<Vec<Option<String>>, RouteError> {
-    let left = || looper.total.saturating_sub(started.elapsed());
+    let left = || looper.limits.total.saturating_sub(started.elapsed());
     let model_of = |candidate: usize| &snapshot.models[decision.candidates[candidate].model];
     let mut results: Vec<Option<String>> = vec![None; plan.len()];
     let mut settled = vec![false; plan.len()];
@@ -323,20 +326,27 @@ async fn run_steps(
             .map(|&i| {
                 let worker = model_of(plan[i].worker);
                 let body = worker_request(worker, looper, plan, &results, i, request);
-                (i, worker.name.clone(), body)
+                (i, decision.candidates[plan[i].worker].model, body)
             })
             .collect();
-        let answered = fan_out(client, calls, looper.max_parallel, looper.per_call, left()).await;
+        let answered = fan_out(
+            caller,
+            calls,
+            looper.max_parallel,
+            looper.limits.per_call,
+            left(),
+        )
+        .await;
         for &i in &ready {
             settled[i] = true;
         }
         let mut in_order: Vec<_> = answered.into_iter().collect();
         in_order.sort_by_key(|(i, _)| *i);
         let mut seen = vec![false; plan.len()];
-        for (i, result) in in_order {
+        for (i, call) in in_order {
             seen[i] = true;
-            let worker = model_of(plan[i].worker);
-            match result {
+            let worker = &snapshot.models[call.model];
+            match call.result {
                 Ok(reply) => {
                     add_usage(record, worker, &reply.body);
                     let text = reply_text(&reply.body).to_owned();
@@ -393,7 +403,7 @@ fn worker_request(
         ));
     }
     json!({
-        "model": worker.provider_model, "stream": false, "max_tokens": looper.max_tokens,
+        "model": worker.provider_model, "stream": false, "max_tokens": looper.limits.max_tokens,
         "messages": [
             {"role": "system", "content": brief},
             {"role": "user", "content": format!(
@@ -432,7 +442,7 @@ async fn verify(
         })
         .collect();
     let body = json!({
-        "model": verifier.provider_model, "stream": false, "max_tokens": looper.max_tokens,
+        "model": verifier.provider_model, "stream": false, "max_tokens": looper.limits.max_tokens,
         "messages": [
             {"role": "system", "content": "You check the work of others. Reply with one JSON \
               object and nothing else: {\"ok\": true or false, \"issues\": [what is wrong or \
@@ -446,7 +456,7 @@ async fn verify(
             &verifier.name,
             body.to_string().into_bytes(),
             1,
-            looper.per_call.min(left),
+            looper.limits.per_call.min(left),
         )
         .await;
     let reply = match called {

@@ -5,7 +5,7 @@
 //! answer (highest mean token probability) is held as evidence: if the synthesizer's response is
 //! not a success, mom-router answers with that evidence instead.
 
-use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
+use super::calls::{add_usage, answer, fan_out, sub_request_body, Caller, LooperTrace, Step};
 use crate::config::{Decision, Model, RemomLooper, Snapshot};
 use crate::engine::Forward;
 use crate::engine::Reply;
@@ -13,7 +13,7 @@ use crate::engine::RouteError;
 use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
-use crate::llm::{ChatRequest, LlmClient};
+use crate::llm::ChatRequest;
 use serde_json::{json, Value};
 
 /// The synthesis to forward, with the evidence to answer with if it fails.
@@ -30,14 +30,14 @@ pub(in crate::engine) type Answer = (f64, String, Value);
 /// Runs the panel of `decision` and prepares the synthesis.
 pub(in crate::engine) async fn remom(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     decision: &Decision,
     looper: &RemomLooper,
     request: &ChatRequest,
     trace: &mut Trace,
 ) -> Result<Synthesis, RouteError> {
     let (answers, record) =
-        panel(snapshot, client, decision, looper, request, "remom", trace).await?;
+        panel(snapshot, caller, decision, looper, request, "remom", trace).await?;
     Ok(synthesis(
         snapshot, decision, looper, request, answers, record, None, trace,
     ))
@@ -49,7 +49,7 @@ pub(in crate::engine) async fn remom(
 /// previous round's answers stand. Answers come best first.
 pub(in crate::engine) async fn panel(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     decision: &Decision,
     looper: &RemomLooper,
     request: &ChatRequest,
@@ -61,12 +61,19 @@ pub(in crate::engine) async fn panel(
     let mut record = LooperTrace::new(kind);
     let mut answers: Vec<Answer> = Vec::new();
     for (round, &width) in schedule.iter().enumerate() {
-        let left = looper.total.saturating_sub(started.elapsed());
+        let left = looper.limits.total.saturating_sub(started.elapsed());
         if left.is_zero() {
             break;
         }
         let calls = round_calls(snapshot, decision, looper, request, round, width, &answers);
-        let results = fan_out(client, calls, looper.max_concurrent, looper.per_call, left).await;
+        let results = fan_out(
+            caller,
+            calls,
+            looper.max_concurrent,
+            looper.limits.per_call,
+            left,
+        )
+        .await;
         let label = |name: &str| {
             if schedule.len() > 1 {
                 format!("{name} (round {})", round + 1)
@@ -75,9 +82,9 @@ pub(in crate::engine) async fn panel(
             }
         };
         let mut fresh: Vec<Answer> = Vec::new();
-        for (index, result) in results {
-            let model = &snapshot.models[index];
-            match result {
+        for (_, call) in results {
+            let model = &snapshot.models[call.model];
+            match call.result {
                 Ok(reply) => {
                     add_usage(&mut record, model, &reply.body);
                     let measured = confidence(&reply.body, Measure::AvgLogprob);
@@ -138,7 +145,7 @@ fn round_calls(
     round: usize,
     width: usize,
     previous: &[Answer],
-) -> Vec<(usize, String, Vec<u8>)> {
+) -> Vec<(usize, usize, Vec<u8>)> {
     let repeated = width > looper.panel.len();
     (0..width)
         .map(|k| {
@@ -147,7 +154,7 @@ fn round_calls(
             let mut body: Value = serde_json::from_slice(&sub_request_body(
                 request,
                 &model.provider_model,
-                looper.max_tokens,
+                looper.limits.max_tokens,
                 false,
             ))
             .unwrap_or(Value::Null);
@@ -165,8 +172,8 @@ fn round_calls(
                 }
             }
             (
+                k,
                 decision.candidates[candidate].model,
-                model.name.clone(),
                 body.to_string().into_bytes(),
             )
         })
@@ -187,7 +194,7 @@ pub(in crate::engine) fn evidence(answers: &[Answer]) -> String {
 /// judge's analysis) added as a first system message; the best answer held as the fallback.
 #[expect(
     clippy::too_many_arguments,
-    reason = "one call site per recipe, each argument distinct"
+    reason = "one call site per looper, each argument distinct"
 )]
 pub(in crate::engine) fn synthesis(
     snapshot: &Snapshot,

@@ -5,14 +5,14 @@
 //! failed judge leaves the finalizer the answers alone; a failed finalizer leaves the client the
 //! best panel answer.
 
-use super::looper::{add_usage, Step};
+use super::calls::{add_usage, Caller, Step};
 use super::remom::{evidence, panel, synthesis, Synthesis};
 use crate::config::{Decision, FusionLooper, Snapshot};
 use crate::engine::RouteError;
 use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::contract::json_in;
-use crate::llm::{ChatRequest, LlmClient};
+use crate::llm::ChatRequest;
 use serde_json::{json, Value};
 
 const JUDGE_BRIEF: &str = "You compare answers to the same question. Reply with one JSON object \
@@ -22,7 +22,7 @@ they disagree, naming who says what], \"unique_insights\": [points only one answ
 /// Runs Fusion on `decision` and prepares the finalizer's request.
 pub(in crate::engine) async fn fusion(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     decision: &Decision,
     looper: &FusionLooper,
     request: &ChatRequest,
@@ -30,24 +30,25 @@ pub(in crate::engine) async fn fusion(
 ) -> Result<Synthesis, RouteError> {
     let settings = &looper.panel;
     let (answers, mut record) = panel(
-        snapshot, client, decision, settings, request, "fusion", trace,
+        snapshot, caller, decision, settings, request, "fusion", trace,
     )
     .await?;
     let judge = &snapshot.models[decision.candidates[looper.judge].model];
     let body = json!({
-        "model": judge.provider_model, "stream": false, "max_tokens": settings.max_tokens,
+        "model": judge.provider_model, "stream": false, "max_tokens": settings.limits.max_tokens,
         "messages": [
             {"role": "system", "content": JUDGE_BRIEF},
             {"role": "user", "content": format!(
                 "Question:\n{}\n\nAnswers:\n{}", request.last_user_text(), evidence(&answers))},
         ],
     });
-    let called = client
+    let called = caller
+        .client
         .chat(
             &judge.name,
             body.to_string().into_bytes(),
             1,
-            settings.per_call.min(settings.total),
+            settings.limits.per_call.min(settings.limits.total),
         )
         .await;
     let (analysis, outcome, latency_ms) = match called {

@@ -1,163 +1,174 @@
-//! Recipes: the bounded collaborations a decision's `looper` names, each behind [`Recipe`] —
-//! the confidence cascade (`looper`), the ratings ensemble, ReMoM, the fusion panel and
-//! workflows. [`run`] cooks one and turns how it ended into the action: an answer in hand is an
-//! immediate response, a final single-model step or a written synthesis is a forward (with the
-//! evidence to fall back on), a failure is a refusal that still shows the steps taken.
+//! Loopers: the bounded collaborations a decision's `looper` names, each behind [`RunLooper`] —
+//! the confidence cascade, the ratings ensemble, ReMoM, the fusion panel and workflows.
+//! [`run`] runs one and turns how it ended into the action: an answer in hand is an immediate
+//! response, a final single-model step or a written synthesis is a forward (with the evidence
+//! to fall back on), a failure is a refusal that still shows the steps taken. Every sub-call a
+//! looper makes to one of its models fails over like a forwarded request ([`calls::Caller`]).
 
+pub(in crate::engine) mod calls;
+pub(in crate::engine) mod cascade;
 pub(in crate::engine) mod fusion;
-pub(in crate::engine) mod looper;
 pub(in crate::engine) mod ratings;
 pub(in crate::engine) mod remom;
 pub(in crate::engine) mod workflows;
 
 use crate::config::{
-    ConfidenceLooper, Decision, FusionLooper, Looper, RatingsLooper, RemomLooper, Snapshot,
-    WorkflowsLooper,
+    ConfidenceLooper, Decision, Failover, FusionLooper, Looper, RatingsLooper, RemomLooper,
+    Snapshot, WorkflowsLooper,
 };
 use crate::engine::{forward, refusal, Action, Reply, RouteError, Routed, Trace};
 use crate::llm::{ChatRequest, LlmClient};
 use crate::state::StateStore;
+use calls::Caller;
 
-/// What a recipe reads besides the request: the policy, the way to Envoy's internal listener,
-/// the learned state and the decision whose candidates it works with.
-pub(in crate::engine) struct Kitchen<'a> {
+/// What a looper reads besides the request: the policy, its sub-calls, the learned state and
+/// the decision whose candidates it works with.
+pub(in crate::engine) struct LooperContext<'a> {
     /// The policy that decided.
     pub snapshot: &'a Snapshot,
-    /// Sub-requests through Envoy's internal listener.
-    pub client: &'a LlmClient,
+    /// Sub-requests through Envoy's internal listener, failing over per the identity.
+    pub caller: Caller<'a>,
     /// Ratings and statistics.
     pub state: &'a StateStore,
     /// The winning decision.
     pub decision: &'a Decision,
 }
 
-/// How a recipe ended, when it did not fail.
+/// How a looper ended, when it did not fail.
 pub(in crate::engine) enum Ended {
     /// An answer in hand, returned as it is.
     Answer(Reply),
     /// The client's own request goes to this model (an index into the snapshot's models).
     Forward(usize),
-    /// A request the recipe wrote is forwarded, with the evidence to answer from if it fails.
+    /// A request the looper wrote is forwarded, with the evidence to answer from if it fails.
     Synthesis(Box<remom::Synthesis>),
 }
 
 /// A bounded collaboration of models behind one decision. Each records its calls in
 /// `trace.looper` as it goes, so a failure still shows the steps taken.
-pub(in crate::engine) trait Recipe {
-    /// Runs the recipe for `request`.
-    async fn cook(
+pub(in crate::engine) trait RunLooper {
+    /// Runs the looper for `request`.
+    async fn run(
         &self,
-        kitchen: &Kitchen<'_>,
+        with: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError>;
 }
 
-impl Recipe for ConfidenceLooper {
-    async fn cook(
+impl RunLooper for ConfidenceLooper {
+    async fn run(
         &self,
-        k: &Kitchen<'_>,
+        w: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
         let ended =
-            looper::confidence_cascade(k.snapshot, k.client, k.decision, self, request, trace)
+            cascade::confidence_cascade(w.snapshot, &w.caller, w.decision, self, request, trace)
                 .await?;
         Ok(match ended {
-            looper::Ending::Answer(reply) => Ended::Answer(reply),
-            looper::Ending::Forward(model) => Ended::Forward(model),
+            cascade::Ending::Answer(reply) => Ended::Answer(reply),
+            cascade::Ending::Forward(model) => Ended::Forward(model),
         })
     }
 }
 
-impl Recipe for RatingsLooper {
-    async fn cook(
+impl RunLooper for RatingsLooper {
+    async fn run(
         &self,
-        k: &Kitchen<'_>,
+        w: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
-        let (snapshot, client, state, decision) = (k.snapshot, k.client, k.state, k.decision);
-        ratings::ratings_ensemble(snapshot, client, state, decision, self, request, trace)
+        let (snapshot, caller, state, decision) = (w.snapshot, &w.caller, w.state, w.decision);
+        ratings::ratings_ensemble(snapshot, caller, state, decision, self, request, trace)
             .await
             .map(Ended::Answer)
     }
 }
 
-impl Recipe for RemomLooper {
-    async fn cook(
+impl RunLooper for RemomLooper {
+    async fn run(
         &self,
-        k: &Kitchen<'_>,
+        w: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
-        remom::remom(k.snapshot, k.client, k.decision, self, request, trace)
+        remom::remom(w.snapshot, &w.caller, w.decision, self, request, trace)
             .await
             .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
-impl Recipe for FusionLooper {
-    async fn cook(
+impl RunLooper for FusionLooper {
+    async fn run(
         &self,
-        k: &Kitchen<'_>,
+        w: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
-        fusion::fusion(k.snapshot, k.client, k.decision, self, request, trace)
+        fusion::fusion(w.snapshot, &w.caller, w.decision, self, request, trace)
             .await
             .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
-impl Recipe for WorkflowsLooper {
-    async fn cook(
+impl RunLooper for WorkflowsLooper {
+    async fn run(
         &self,
-        k: &Kitchen<'_>,
+        w: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
-        workflows::workflows(k.snapshot, k.client, k.decision, self, request, trace)
+        workflows::workflows(w.snapshot, &w.caller, w.decision, self, request, trace)
             .await
             .map(|s| Ended::Synthesis(Box::new(s)))
     }
 }
 
-impl Recipe for Looper {
-    async fn cook(
+impl RunLooper for Looper {
+    async fn run(
         &self,
-        kitchen: &Kitchen<'_>,
+        with: &LooperContext<'_>,
         request: &ChatRequest,
         trace: &mut Trace,
     ) -> Result<Ended, RouteError> {
         match self {
-            Self::Confidence(recipe) => recipe.cook(kitchen, request, trace).await,
-            Self::Ratings(recipe) => recipe.cook(kitchen, request, trace).await,
-            Self::Remom(recipe) => recipe.cook(kitchen, request, trace).await,
-            Self::Fusion(recipe) => recipe.cook(kitchen, request, trace).await,
-            Self::Workflows(recipe) => recipe.cook(kitchen, request, trace).await,
+            Self::Confidence(looper) => looper.run(with, request, trace).await,
+            Self::Ratings(looper) => looper.run(with, request, trace).await,
+            Self::Remom(looper) => looper.run(with, request, trace).await,
+            Self::Fusion(looper) => looper.run(with, request, trace).await,
+            Self::Workflows(looper) => looper.run(with, request, trace).await,
         }
     }
 }
 
-/// Runs `looper` of `decision` for `request`, and totals its calls' energy and its time.
+/// Runs `looper` of `decision` for `request` (its sub-calls failing over per the identity's
+/// `failover`), and totals its calls' energy and its time.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the looper's inputs, each borrowed as it is"
+)]
 pub(in crate::engine) async fn run(
     snapshot: &Snapshot,
     client: &LlmClient,
     state: &StateStore,
+    failover: Option<&Failover>,
     decision: &Decision,
     looper: &Looper,
     request: ChatRequest,
     mut trace: Trace,
 ) -> Routed {
     let started = std::time::Instant::now();
-    let kitchen = Kitchen {
+    let own: Vec<usize> = decision.candidates.iter().map(|c| c.model).collect();
+    let with = LooperContext {
         snapshot,
-        client,
+        caller: Caller::new(snapshot, client, state, failover, &own),
         state,
         decision,
     };
-    let ended = looper.cook(&kitchen, &request, &mut trace).await;
+    let ended = looper.run(&with, &request, &mut trace).await;
+    with.caller.settle(&mut trace);
     if let Some(record) = trace.looper.as_mut() {
         record.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
         record.step_energy = record
@@ -194,10 +205,12 @@ pub(in crate::engine) async fn run(
     }
 }
 
-/// The refusal for a failed recipe, keeping the steps it took and the contract check.
+/// The refusal for a failed looper, keeping the steps it took and the contract check.
 fn failed(snapshot: &Snapshot, error: RouteError, trace: Trace) -> Routed {
     let mut refused = refusal(snapshot, error);
     refused.trace.looper = trace.looper;
     refused.trace.contract = trace.contract;
+    refused.trace.failover = trace.failover;
+    refused.trace.handovers = trace.handovers;
     refused
 }

@@ -5,7 +5,7 @@
 //! (`exp(avg logprob)`, 0.5 without log-probabilities). Fewer than `minSuccesses` answers fail
 //! the request (502).
 
-use super::looper::{add_usage, answer, fan_out, sub_request_body, LooperTrace, Step};
+use super::calls::{add_usage, answer, fan_out, sub_request_body, Caller, LooperTrace, Step};
 use crate::config::{Decision, OnViolation, RatingsLooper, Snapshot};
 use crate::engine::answer::contract::enforce;
 use crate::engine::Reply;
@@ -13,14 +13,14 @@ use crate::engine::RouteError;
 use crate::engine::Trace;
 use crate::llm::chat::reply_text;
 use crate::llm::logprobs::{confidence, Measure};
-use crate::llm::{ChatRequest, LlmClient};
+use crate::llm::ChatRequest;
 use crate::selection::ELO_START;
 use crate::state::StateStore;
 
 /// Runs the ensemble of `decision`; returns the reply to send.
 pub(in crate::engine) async fn ratings_ensemble(
     snapshot: &Snapshot,
-    client: &LlmClient,
+    caller: &Caller<'_>,
     state: &StateStore,
     decision: &Decision,
     looper: &RatingsLooper,
@@ -28,26 +28,31 @@ pub(in crate::engine) async fn ratings_ensemble(
     trace: &mut Trace,
 ) -> Result<Reply, RouteError> {
     // Owned inputs, so the concurrent calls borrow nothing from this frame.
-    let calls: Vec<(usize, String, Vec<u8>)> = decision
+    let calls: Vec<(usize, usize, Vec<u8>)> = decision
         .candidates
         .iter()
         .map(|candidate| {
             let model = &snapshot.models[candidate.model];
-            let body = sub_request_body(request, &model.provider_model, looper.max_tokens, false);
-            (candidate.model, model.name.clone(), body)
+            let body = sub_request_body(
+                request,
+                &model.provider_model,
+                looper.limits.max_tokens,
+                false,
+            );
+            (candidate.model, candidate.model, body)
         })
         .collect();
     let results = fan_out(
-        client,
+        caller,
         calls,
         looper.max_concurrent,
-        looper.per_call,
-        looper.total,
+        looper.limits.per_call,
+        looper.limits.total,
     )
     .await;
     let results = results
         .into_iter()
-        .map(|(index, result)| (&snapshot.models[index], result));
+        .map(|(_, call)| (&snapshot.models[call.model], call.result));
     let mut record = LooperTrace::new("ratings");
     let mut answers: Vec<(f64, &crate::config::Model, serde_json::Value)> = Vec::new();
     for (model, result) in results {
@@ -113,13 +118,13 @@ pub(in crate::engine) async fn ratings_ensemble(
     };
     if let Some(contract) = &decision.contract {
         let enforced = enforce(
-            client,
+            caller.client,
             &contract.shape,
             model,
             &request.messages_json(),
             body,
-            looper.max_tokens,
-            looper.per_call,
+            looper.limits.max_tokens,
+            looper.limits.per_call,
         )
         .await;
         record.add(model, enforced.usage);
