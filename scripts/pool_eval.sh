@@ -94,7 +94,7 @@ for arm in arms:
     started, ended = map(float, open(f"{out}/{arm}/wall.txt").read().split())
     wall = ended - started
     s = card["summaries"][0]
-    models = collections.Counter(o["model"] for o in card["outcomes"])
+    models = collections.Counter(o["model"] for o in card["outcomes"] if o["target"] == s["target"])
     spread = ", ".join(f"{m} {n}" for m, n in models.most_common())
     print(f"| {arm} | {s['target']} | {s['items']} | {s['quality']:.3f} | {s['latency_p50_ms']:.0f} "
           f"| {s['latency_p99_ms']:.0f} | {wall:.0f} | {60 * s['items'] / wall:.1f} | {s['errors']} | {spread} |")

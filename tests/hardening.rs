@@ -1,6 +1,6 @@
 //! Hostile conditions the sidecar must survive or refuse: guards that cannot answer fail
 //! closed unless the policy says otherwise; a client cannot pick its backend, even when the
-//! ext_proc filter fails open; a client that leaves mid-recipe stops the recipe.
+//! ext_proc filter fails open; a client that leaves mid-looper stops the looper.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

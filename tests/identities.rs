@@ -263,7 +263,7 @@ fn mom_auto_picks_the_recipe_from_difficulty_risk_format_and_budget() {
         let body = json!({"model": "mom/auto", "messages": [{"role": "user", "content": text}]});
         let extra: Vec<(&str, &str)> = budget.map(|b| ("x-mom-budget", b)).into_iter().collect();
         let out = support::explain_offline_with(&config(), &body, &extra);
-        // A planned recipe is the action; a single model is forwarded to.
+        // A planned looper is the action; a single model is forwarded to.
         let recipe = out["recipe"].as_str();
         assert_eq!(
             out["action"],

@@ -326,7 +326,7 @@ decisions:
         (looper["cost"].as_f64().unwrap() - 0.076).abs() < 1e-12,
         "{looper}"
     );
-    // The recipe's energy is its calls', and the request's is the recipe's (it answered in hand).
+    // The looper's energy is its calls', and the request's is the looper's (it answered in hand).
     assert!((looper["energyJoules"].as_f64().unwrap() - energy).abs() < 1e-9);
     assert!((record["energyJoules"].as_f64().unwrap() - energy).abs() < 1e-9);
     let usage = header(&response, "x-mom-looper-usage");

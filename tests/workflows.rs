@@ -91,7 +91,7 @@ async fn a_valid_plan_runs_its_steps_then_the_finalizer_streams_through_envoy() 
         assert!(steps.contains(expected), "{expected} missing from {steps}");
     }
     // Five calls of 5 + 7 tokens; the three on the priced worker cost 3 × (5 × 1 + 7 × 2) / 1e6.
-    // No model declares power, so no energy; the recipe's own time comes last.
+    // No model declares power, so no energy; the looper's own time comes last.
     let usage = header(&response, "x-mom-looper-usage");
     assert!(
         usage.starts_with(

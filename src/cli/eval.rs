@@ -116,8 +116,10 @@ pub fn run(args: EvalArgs) -> ExitCode {
         },
         None => None,
     };
-    if args.identities.is_empty() && args.traces.is_none() {
-        return unusable("name an --identity to evaluate, or --traces to record the fixed models");
+    if args.identities.is_empty() && args.fixed.is_empty() && args.traces.is_none() {
+        return unusable(
+            "name an --identity or a --fixed model to evaluate, or --traces to record the fixed models",
+        );
     }
     for identity in &args.identities {
         if snapshot.identity(identity).is_none() {

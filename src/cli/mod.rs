@@ -436,7 +436,7 @@ pub fn explain_json(routed: &Routed) -> Value {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), Value::String(v)))
         .collect();
-    // Offline a recipe is planned, not run: the request would go to the recipe, not upstream.
+    // Offline a looper is planned, not run: the request would go to the looper, not upstream.
     let action = match (&routed.action, &trace.looper) {
         (Action::Forward(_), Some(_)) => "loop",
         (action, _) => action.kind(),

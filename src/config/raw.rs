@@ -483,9 +483,9 @@ pub struct RawDecision {
     /// How one of `modelRefs` is picked.
     #[serde(default)]
     pub algorithm: RawAlgorithm,
-    /// A multi-model recipe over `modelRefs` instead of one pick.
+    /// A bounded collaboration of `modelRefs` instead of one pick.
     pub looper: Option<RawLooper>,
-    /// The shape the looper's final answer must have, enforced at the end of the recipe and
+    /// The shape the looper's final answer must have, enforced at the end of the looper and
     /// repaired once when broken.
     pub output_contract: Option<RawOutputContract>,
     /// Request-phase actions when this decision wins (after the identity's plugins).

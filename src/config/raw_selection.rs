@@ -297,7 +297,7 @@ pub struct RawRedis {
     pub password_env: Option<String>,
 }
 
-/// A bounded multi-model recipe a decision runs instead of a single call.
+/// A bounded collaboration of models a decision runs instead of a single call.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(
     tag = "type",

@@ -223,7 +223,7 @@ pub struct Decision {
     pub algorithm: Algorithm,
     /// What the embedding algorithms compare the query with.
     pub vectors: DecisionVectors,
-    /// A multi-model recipe run instead of one pick.
+    /// A bounded collaboration of models run instead of one pick.
     pub looper: Option<Looper>,
     /// The shape the looper's final answer must have.
     pub contract: Option<Contract>,
@@ -279,7 +279,7 @@ pub enum OnCallError {
     Fallback,
 }
 
-/// A bounded multi-model recipe.
+/// A bounded collaboration of models (a looper).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Looper {
     /// Cheapest first, escalating until an answer is confident.
@@ -476,7 +476,7 @@ pub struct Snapshot {
     /// carry token counts): forwarded responses are then observed to their end.
     pub observe_responses: bool,
     /// Whether some forwarded Chat Completions response may owe mom-router work: it is
-    /// observed (above), recorded, checked, restored, kept by the cache, or a recipe's final
+    /// observed (above), recorded, checked, restored, kept by the cache, or a looper's final
     /// step that falls back on its evidence. When none may, the response phases are skipped
     /// for Envoys that add the `x-mom-*` headers themselves (`extproc::service`).
     pub response_work: bool,

@@ -90,7 +90,7 @@ pub enum RouteError {
         reason: String,
     },
     /// A looper's sub-request failed and its `onError` is `fail`.
-    #[error("the multi-model recipe failed: {model} {reason}")]
+    #[error("the looper failed: {model} {reason}")]
     LooperFailed {
         /// The model whose call failed.
         model: String,

@@ -1,11 +1,11 @@
 //! `mom-router eval`: a suite run end to end through Envoy against identities and, for
 //! comparison, against each fixed model (a model name sent as `model` is forwarded to that model
 //! unchanged). Every answer is graded under its item's output contract; calls, tokens and cost
-//! come from the response (a recipe's own calls from `x-mom-looper-usage`, plus the forwarded
+//! come from the response (a looper's own calls from `x-mom-looper-usage`, plus the forwarded
 //! call's usage from the body priced with the configuration's prices); latency is measured by
 //! the client, and energy estimated from the models' declared `powerWatts` × busy time (a
-//! recipe's calls as the sidecar reports them, the forwarded call as the client's wait after
-//! the recipe). [`score`] turns the outcomes into the scorecard that [`report`] writes as JSON,
+//! looper's calls as the sidecar reports them, the forwarded call as the client's wait after
+//! the looper). [`score`] turns the outcomes into the scorecard that [`report`] writes as JSON,
 //! Markdown and a PNG plot.
 
 pub mod gate;
@@ -179,7 +179,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
     }
     let mut looper_wall_ms = 0.0;
     if !looper_usage.is_empty() {
-        // The calls a recipe made itself (tentative answers, panel members, judges).
+        // The calls a looper made itself (tentative answers, panel members, judges).
         let field = |name: &str| {
             looper_usage
                 .split(',')
@@ -195,7 +195,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         outcome.calls = looper_calls.parse().unwrap_or(0);
     }
     if forwarded && !cache_hit {
-        // The call Envoy forwarded (a fixed model, a routed request, a recipe's last step).
+        // The call Envoy forwarded (a fixed model, a routed request, a looper's last step).
         let prompt = answer["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
         let completion = answer["usage"]["completion_tokens"].as_u64().unwrap_or(0);
         outcome.prompt_tokens += prompt;
@@ -203,7 +203,7 @@ async fn ask(http: &reqwest::Client, target: &str, item: &Item, options: &Option
         outcome.cost += options.pricing.get(&outcome.model).map_or(0.0, |p| {
             (prompt as f64 * p.input_per_million + completion as f64 * p.output_per_million) / 1e6
         });
-        // Its busy time is the client's wait less the recipe's own time before it.
+        // Its busy time is the client's wait less the looper's own time before it.
         let busy_ms = (outcome.latency_ms - looper_wall_ms).max(0.0);
         outcome.energy_joules += options
             .power_watts

@@ -246,7 +246,7 @@ pub fn plot(card: &Scorecard, path: &Path) -> Result<bool, String> {
             .draw_series(LineSeries::new(frontier, BLUE.mix(0.6).stroke_width(2)))?
             .label("fixed-model frontier")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-        // Identities label below their point, fixed models above: a recipe that lands on a
+        // Identities label below their point, fixed models above: a looper that lands on a
         // fixed model (routing everything to it) stays readable.
         for (fixed, label, color, offset) in [
             (true, "fixed model", BLUE, -16),

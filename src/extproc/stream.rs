@@ -508,7 +508,7 @@ impl StreamState {
                         // Overload, a failing model or upstream: counted in mom_immediate_replies_total.
                         tracing::warn!(
                             code,
-                            "refused request: a model, guard or recipe could not answer"
+                            "refused request: a model, guard or looper could not answer"
                         );
                     }
                     Some((code, Fault::Client)) => tracing::debug!(code, "refused request"),

@@ -1,4 +1,4 @@
-//! Output contracts: the shape a recipe's final answer must have — a multiple-choice
+//! Output contracts: the shape a looper's final answer must have — a multiple-choice
 //! `ANSWER: X` line, a complete fenced code block, a JSON value valid against a JSON Schema, or a
 //! regular expression. A contract checks an answer, tells a model what it asks for, and words
 //! the one repair request a broken answer gets.

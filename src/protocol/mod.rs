@@ -1,6 +1,6 @@
 //! The protocols clients speak, and their translation to and from the one mom-router's pipeline
 //! reads. Chat Completions is the pipeline's own form: a request in another protocol is
-//! translated into it at ingress (signals, decisions, plugins, recipes, the cache and records
+//! translated into it at ingress (signals, decisions, plugins, loopers, the cache and records
 //! then read one request), and the answer is translated back at egress — JSON whole, a stream
 //! event by event, errors in the client's protocol's shape.
 

@@ -1,4 +1,4 @@
-//! Output contracts at the end of a recipe: an answer in hand is checked, and a broken one is
+//! Output contracts at the end of a looper: an answer in hand is checked, and a broken one is
 //! sent back once to the model that wrote it with what is wrong; a forwarded final step carries
 //! the contract's instruction in its system message and is checked in the response phase.
 

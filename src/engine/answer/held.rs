@@ -1,4 +1,4 @@
-//! A complete answer in hand — a forwarded request's held body, or a recipe's or the cache's
+//! A complete answer in hand — a forwarded request's held body, or a looper's or the cache's
 //! reply — parsed once: its bytes, its JSON (a JSON body) and the text the model wrote, kept
 //! together so every obligation reads the same parse and a replacement re-parses once.
 

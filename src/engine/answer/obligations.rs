@@ -117,7 +117,7 @@ pub async fn settle_held(
     Ok(checked)
 }
 
-/// Settles `obligations` on an answer already in hand (a recipe's, the cache's) with
+/// Settles `obligations` on an answer already in hand (a looper's, the cache's) with
 /// [`settle_held`]; a withheld answer becomes the refusal. A reply that is not a success owes
 /// nothing. The contract of an answer in hand was enforced where it was made.
 pub async fn settle_in_hand(

@@ -2,7 +2,7 @@
 //! translated into it before the pipeline reads them (a body that cannot be is a 400 in the
 //! client's protocol). A forwarded request goes to a backend that answers the protocol itself
 //! as the client sent it, when nothing in the pipeline rewrote it or reads its answer;
-//! otherwise to the chat path, owed a translation back. An answer in hand (a recipe's, the
+//! otherwise to the chat path, owed a translation back. An answer in hand (a looper's, the
 //! cache's, a refusal) is translated at once.
 
 use super::route::route_chat;
