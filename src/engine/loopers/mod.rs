@@ -8,6 +8,7 @@
 pub(in crate::engine) mod calls;
 pub(in crate::engine) mod cascade;
 pub(in crate::engine) mod fusion;
+pub(in crate::engine) mod plan;
 pub(in crate::engine) mod ratings;
 pub(in crate::engine) mod remom;
 pub(in crate::engine) mod workflows;

@@ -189,12 +189,7 @@ pub(in crate::engine) fn choose(
     } else {
         let mut kept = pick_among(algorithm, candidates, &observed, &free, key);
         if allowed.len() < candidates.len() {
-            kept.reason = format!(
-                "{}; {} of {} models outside the identity's bounds",
-                kept.reason,
-                candidates.len() - allowed.len(),
-                candidates.len()
-            );
+            kept.reason = outside_bounds(&kept.reason, allowed.len(), candidates.len());
         }
         kept
     };
@@ -243,13 +238,16 @@ fn pick_within(
         };
     }
     let mut inner = pick_among(algorithm, candidates, observed, allowed, key);
-    inner.reason = format!(
-        "{}; {} of {} models outside the identity's bounds",
-        inner.reason,
-        candidates.len() - allowed.len(),
-        candidates.len()
-    );
+    inner.reason = outside_bounds(&inner.reason, allowed.len(), candidates.len());
     inner
+}
+
+/// `reason`, saying how many of `total` candidates fell outside the identity's bounds.
+fn outside_bounds(reason: &str, allowed: usize, total: usize) -> String {
+    format!(
+        "{reason}; {} of {total} models outside the identity's bounds",
+        total - allowed
+    )
 }
 
 /// `algorithm` over the candidates in `subset` (not empty); the others score 0.
