@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use mom_router::config;
 use mom_router::engine;
+use mom_router::engine::exchange::Exchange;
 use mom_router::extproc::stream::StreamState;
 use mom_router::llm::Headers;
 use mom_router::observability::Metrics;
@@ -95,7 +96,11 @@ fn pipeline(c: &mut Criterion) {
         b.iter_batched(
             || {
                 (
-                    StreamState::new(snapshot.clone(), metrics.clone(), state.clone()),
+                    StreamState::new(Exchange::new(
+                        snapshot.clone(),
+                        metrics.clone(),
+                        state.clone(),
+                    )),
                     message(Request::RequestHeaders(envoy_headers.clone())),
                     message(Request::RequestBody(HttpBody {
                         body: prompts[1].1.clone(),

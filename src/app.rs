@@ -4,6 +4,7 @@
 
 use crate::admin::{self, AdminState};
 use crate::config::{ConfigErrors, ConfigStore, Listen, ReloadOutcome, Source};
+use crate::engine::exchange::Exchanges;
 use crate::engine::Services;
 use crate::extproc::ExtProcService;
 use crate::llm::LlmClient;
@@ -196,10 +197,10 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
         stopped.clone(),
     )));
     let records_for_admin = records.clone();
-    let service = ExtProcService::new(store.clone(), metrics.clone(), services)
+    let exchanges = Exchanges::new(store.clone(), metrics.clone(), services)
         .with_records(records)
-        .with_spans(spans)
-        .into_server();
+        .with_spans(spans);
+    let service = ExtProcService::new(exchanges).into_server();
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {
         Listen::Tcp(addr) => {

@@ -6,6 +6,7 @@
 
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
 use libfuzzer_sys::fuzz_target;
+use mom_router::engine::exchange::Exchange;
 use mom_router::extproc::stream::StreamState;
 use mom_router::observability::Metrics;
 use prost::Message;
@@ -36,7 +37,11 @@ fuzz_target!(|input: &[u8]| {
             frames.push(message);
         }
     }
-    let mut state = StreamState::new(snapshot.clone(), metrics.clone(), services.clone());
+    let mut state = StreamState::new(Exchange::new(
+        snapshot.clone(),
+        metrics.clone(),
+        services.clone(),
+    ));
     runtime.block_on(async {
         for message in frames {
             let _ = state.handle(message).await;

@@ -14,8 +14,10 @@ mod raw_identity;
 mod raw_model;
 mod raw_plugin;
 mod raw_selection;
+mod raw_tenant;
 mod snapshot;
 mod store;
+pub mod tenants;
 
 pub use binding::Artifact;
 pub use error::{ConfigError, ConfigErrors, Errors};

@@ -26,6 +26,8 @@ pub struct RawConfig {
     pub records: Option<super::raw_selection::RawRecords>,
     /// Span export.
     pub observability: Option<super::raw_selection::RawObservability>,
+    /// Tenants and their limits.
+    pub tenants: Option<super::raw_tenant::RawTenants>,
     /// Models.
     pub models: Vec<(usize, RawModel)>,
     /// Identities.
@@ -51,6 +53,7 @@ const SECTIONS: &[&str] = &[
     "sessions",
     "records",
     "observability",
+    "tenants",
     "models",
     "identities",
     "signals",
@@ -71,7 +74,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
     let Value::Mapping(sections) = document else {
         errors.push(
             "",
-            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, records, observability, models, identities, signals, projections, decisions",
+            "the configuration must be a YAML mapping with keys: version, server, inference, state, sessions, records, observability, tenants, models, identities, signals, projections, decisions",
         );
         return raw;
     };
@@ -88,6 +91,7 @@ pub fn parse(text: &str, errors: &mut Errors) -> RawConfig {
             "sessions" => raw.sessions = item(value, "sessions", errors),
             "records" => raw.records = item(value, "records", errors),
             "observability" => raw.observability = item(value, "observability", errors),
+            "tenants" => raw.tenants = item(value, "tenants", errors),
             "models" | "identities" | "signals" | "decisions" | "projections" => {
                 let section: &'static str = SECTIONS
                     .iter()

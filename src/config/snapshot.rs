@@ -84,6 +84,14 @@ impl Model {
     pub fn energy_joules(&self, busy_ms: f64) -> f64 {
         self.power_watts.unwrap_or(0.0) * busy_ms.max(0.0) / 1000.0
     }
+
+    /// The price of a call that read `prompt` tokens and wrote `completion` (0 when the model
+    /// declares no pricing).
+    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
+        self.pricing.as_ref().map_or(0.0, |p| {
+            (p.input_per_million * prompt as f64 + p.output_per_million * completion as f64) / 1e6
+        })
+    }
 }
 
 /// What an identity optimises when no decision matches.
@@ -451,6 +459,8 @@ pub struct Snapshot {
     pub state: crate::state::Settings,
     /// Session continuity, when configured.
     pub sessions: Option<Sessions>,
+    /// Tenants and their limits, when configured.
+    pub tenants: Option<Arc<super::tenants::Tenants>>,
     /// Run records (read at start, like `state`).
     pub records: Option<RecordSettings>,
     /// OTLP span export (read at start, like `state`).

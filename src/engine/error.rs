@@ -130,6 +130,34 @@ pub enum RouteError {
     /// Sub-requests nested deeper than mom-router allows.
     #[error("sub-request depth {0} exceeds the limit of {limit}", limit = MAX_DEPTH)]
     TooDeep(u32),
+    /// Tenants are required and the request names none mom-router knows.
+    #[error("mom-router does not know who is calling: {reason}")]
+    Unauthenticated {
+        /// What was missing or unknown (never the key).
+        reason: String,
+    },
+    /// A tenant's limit has nothing left for this request.
+    #[error("{}", rate_limited(tenant, limit, amount, scope.as_deref(), *needed, *retry_after_s))]
+    RateLimited {
+        /// The tenant.
+        tenant: String,
+        /// The limit (`tokensPerMinute`, …).
+        limit: &'static str,
+        /// Its amount, as written.
+        amount: String,
+        /// The model or identity it is narrowed to.
+        scope: Option<String>,
+        /// The request's estimated prompt tokens.
+        needed: u64,
+        /// Seconds until the request would fit; `None` when it never can.
+        retry_after_s: Option<u64>,
+    },
+    /// The shared budget store did not answer and the tenants fail closed.
+    #[error("the budgets of tenant {tenant:?} cannot be read (the shared store is down) and tenants fail closed; retry shortly")]
+    BudgetsUnavailable {
+        /// The tenant.
+        tenant: String,
+    },
     /// Envoy delivered the request in a way mom-router cannot route safely.
     #[error("mom-router cannot route this request: {0}")]
     Protocol(&'static str),
@@ -161,6 +189,13 @@ impl RouteError {
             Self::InternalAuth => "internal_auth_failed",
             Self::TooDeep(_) => "loop_detected",
             Self::Protocol(_) => "router_misconfigured",
+            Self::Unauthenticated { .. } => "invalid_api_key",
+            Self::BudgetsUnavailable { .. } => "budgets_unavailable",
+            Self::RateLimited {
+                limit: "costPerDay",
+                ..
+            } => "insufficient_quota",
+            Self::RateLimited { .. } => "rate_limit_exceeded",
         }
     }
 
@@ -173,11 +208,14 @@ impl RouteError {
             | Self::LooperFailed { .. }
             | Self::ContractViolated { .. }
             | Self::Saturated { .. }
+            | Self::BudgetsUnavailable { .. }
             | Self::TooDeep(_) => Fault::Internal,
             Self::InternalAuth
             | Self::JailbreakBlocked { .. }
             | Self::AnswerWithheld { .. }
-            | Self::PiiBlocked { .. } => Fault::Client,
+            | Self::PiiBlocked { .. }
+            | Self::Unauthenticated { .. }
+            | Self::RateLimited { .. } => Fault::Client,
             Self::BadRequest(_)
             | Self::Untranslatable(_)
             | Self::UnknownModel { .. }
@@ -198,7 +236,8 @@ impl RouteError {
             Self::MethodNotAllowed { .. } => (405, "invalid_request_error"),
             Self::SignalUnavailable { .. }
             | Self::PolicyUnavailable { .. }
-            | Self::Saturated { .. } => (503, "server_error"),
+            | Self::Saturated { .. }
+            | Self::BudgetsUnavailable { .. } => (503, "server_error"),
             Self::Protocol(_) => (500, "server_error"),
             Self::LooperFailed { .. } | Self::ContractViolated { .. } => (502, "server_error"),
             Self::InternalAuth
@@ -206,13 +245,33 @@ impl RouteError {
             | Self::AnswerWithheld { .. }
             | Self::PiiBlocked { .. } => (403, "invalid_request_error"),
             Self::TooDeep(_) => (508, "server_error"),
+            Self::Unauthenticated { .. } => (401, "invalid_request_error"),
+            Self::RateLimited { limit, .. } => (
+                429,
+                match *limit {
+                    "tokensPerMinute" => "tokens",
+                    "costPerDay" => "insufficient_quota",
+                    _ => "requests",
+                },
+            ),
         };
         let mut headers = Vec::new();
         if let Self::MethodNotAllowed { allowed, .. } = self {
             headers.push(("allow".to_owned(), (*allowed).to_owned()));
         }
-        if let Self::Saturated { retry_after_s, .. } = self {
+        if let Self::Saturated { retry_after_s, .. }
+        | Self::RateLimited {
+            retry_after_s: Some(retry_after_s),
+            ..
+        } = self
+        {
             headers.push(("retry-after".to_owned(), retry_after_s.to_string()));
+        }
+        if let Self::BudgetsUnavailable { .. } = self {
+            headers.push(("retry-after".to_owned(), "1".to_owned()));
+        }
+        if let Self::Unauthenticated { .. } = self {
+            headers.push(("www-authenticate".to_owned(), "Bearer".to_owned()));
         }
         Reply {
             status,
@@ -220,5 +279,25 @@ impl RouteError {
             headers,
             code: super::ReplyCode::Refusal(self.code()),
         }
+    }
+}
+
+/// The message of a refusal for limit `limit` of `tenant`.
+fn rate_limited(
+    tenant: &str,
+    limit: &str,
+    amount: &str,
+    scope: Option<&str>,
+    needed: u64,
+    retry_after_s: Option<u64>,
+) -> String {
+    let scope = scope.map(|s| format!(" for {s}")).unwrap_or_default();
+    match retry_after_s {
+        Some(seconds) => format!(
+            "tenant {tenant:?} is over its {limit} limit of {amount}{scope}; retry in {seconds} s"
+        ),
+        None => format!(
+            "this request needs about {needed} tokens, more than tenant {tenant:?}'s {limit} limit of {amount}{scope} allows; shorten it"
+        ),
     }
 }

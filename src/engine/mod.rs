@@ -3,7 +3,9 @@
 //! (parse → signals → decision → selection → action). The only await is the shared encoder's
 //! answer, when a neural signal needs it; `explain` runs exactly what the sidecar runs.
 //!
-//! What the engine owns, by folder: [`request`] — the request pipeline after parsing (ingress per
+//! What the engine owns, by folder: [`exchange`] — one HTTP exchange phase by phase, whatever
+//! proxy sends it (the routed request forwarded or answered, then its response: status, failover,
+//! headers, body checked and settled, run record and spans); [`request`] — the request pipeline after parsing (ingress per
 //! protocol, the models signals read, plugins, selection inputs, sessions, the cache's lookup,
 //! what happens once decided); [`loopers`] — the collaborations behind one
 //! [`loopers::RunLooper`] trait (cascade, ratings ensemble, ReMoM, fusion panel, workflows); [`answer`] — the
@@ -13,6 +15,7 @@
 mod action;
 pub mod answer;
 mod error;
+pub mod exchange;
 pub mod failover;
 pub mod loopers;
 mod neural;
@@ -31,7 +34,9 @@ pub use request::session::SessionTrace;
 pub use trace::{PluginAction, PluginOutcome, ResponsePath, Trace};
 
 use crate::config::Snapshot;
-use crate::llm::{Headers, LlmClient};
+pub use crate::llm::Headers;
+
+use crate::llm::LlmClient;
 use crate::protocol::{messages, responses, Protocol};
 use crate::state::StateStore;
 use action::{forward, refusal, refusal_after};

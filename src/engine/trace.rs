@@ -54,6 +54,10 @@ pub struct Trace {
     pub error: Option<(&'static str, Fault)>,
     /// How a request in another protocol than Chat Completions reached its model.
     pub translation: Option<crate::protocol::Translation>,
+    /// The tenant the request came from, admitted or refused, when tenants are configured.
+    pub tenant: Option<String>,
+    /// The tenant's admission: what it drew on, its `x-ratelimit-*` headers.
+    pub admission: Option<super::request::admission::Admission>,
 }
 
 /// What a plugin did, as its metric counts it.
@@ -159,6 +163,8 @@ impl Trace {
             config_version: snapshot.version.clone(),
             error: None,
             translation: None,
+            tenant: None,
+            admission: None,
         }
     }
 
@@ -225,6 +231,12 @@ impl Trace {
         }
         if let Some(translation) = &self.translation {
             headers.push(("x-mom-translation", translation.label()));
+        }
+        if let Some(tenant) = &self.tenant {
+            headers.push(("x-mom-tenant", tenant.clone()));
+        }
+        if let Some(admission) = &self.admission {
+            headers.extend(admission.headers.iter().cloned());
         }
         for (_, value) in &mut headers {
             if !value.is_ascii() {

@@ -1,9 +1,11 @@
-//! Proto ↔ domain: the only file that builds ext_proc messages.
+//! Proto ↔ domain: the only file that reads and builds ext_proc messages. Each message from
+//! Envoy becomes an exchange [`Message`]; each [`Step`] the exchange answers becomes Envoy's
+//! reply, its [`Outcome`] the `mom_router` dynamic metadata.
 
-use crate::engine::{Forward, Reply, ResponsePath, Trace};
-use crate::llm::Headers;
+use crate::engine::exchange::{Body, BodyMode, Field, Head, HeaderSet, Message, Outcome, Step};
+use crate::engine::{Forward, Headers, Reply};
 use envoy_types::pb::envoy::config::core::v3::{
-    header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption,
+    header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption, Metadata,
 };
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
     processing_mode::{BodySendMode, HeaderSendMode},
@@ -11,8 +13,9 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    body_mutation::Mutation, common_response::ResponseStatus, processing_response::Response,
-    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse,
+    body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
+    processing_response::Response, BodyMutation, BodyResponse, CommonResponse, HeaderMutation,
+    HeadersResponse, HttpBody, HttpHeaders, ImmediateResponse, ProcessingRequest,
     ProcessingResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
@@ -42,9 +45,7 @@ const METADATA_DEPTH: usize = 8;
 
 /// The dynamic metadata Envoy forwarded (only the namespaces its ext_proc filter is told to
 /// forward, `metadata_options.forwarding_namespaces`), as JSON by namespace.
-pub fn metadata_from(
-    metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
-) -> serde_json::Map<String, serde_json::Value> {
+pub fn metadata_from(metadata: Option<&Metadata>) -> serde_json::Map<String, serde_json::Value> {
     fn json(value: &Value, depth: usize) -> serde_json::Value {
         match &value.kind {
             _ if depth == 0 => serde_json::Value::Null,
@@ -83,92 +84,96 @@ pub fn set_header(name: &str, value: &str) -> HeaderValueOption {
     }
 }
 
-fn string(value: &str) -> Value {
-    Value {
-        kind: Some(Kind::StringValue(value.to_owned())),
+/// The exchange's message for one of Envoy's; `None` when it carries no phase.
+pub fn message(message: ProcessingRequest) -> Option<Message> {
+    let metadata = message.metadata_context.as_ref();
+    let head = |h: HttpHeaders| Head {
+        headers: headers_from(h.headers.as_ref()),
+        end_of_stream: h.end_of_stream,
+        run_id: None,
+    };
+    let body = |b: HttpBody| Body {
+        bytes: b.body,
+        end_of_stream: b.end_of_stream,
+    };
+    Some(match message.request? {
+        Request::RequestHeaders(h) => {
+            let mut head = head(h);
+            head.headers = head.headers.with_metadata(metadata_from(metadata));
+            Message::RequestHeaders(head)
+        }
+        Request::RequestBody(b) => Message::RequestBody(body(b)),
+        Request::ResponseHeaders(h) => Message::ResponseHeaders(Head {
+            run_id: run_id_from(metadata).map(str::to_owned),
+            ..head(h)
+        }),
+        Request::ResponseBody(b) => Message::ResponseBody(body(b)),
+        Request::RequestTrailers(_) => Message::RequestTrailers,
+        Request::ResponseTrailers(_) => Message::ResponseTrailers,
+    })
+}
+
+/// Envoy's reply for the exchange's step.
+pub fn reply(step: Step) -> ProcessingResponse {
+    match step {
+        Step::PassRequestHeaders { watch_response } => {
+            let mut reply = continue_request_headers();
+            if !watch_response {
+                // The request body still comes whole (BUFFERED); the response passes through
+                // Envoy alone.
+                reply.mode_override = Some(complete_mode(HeaderSendMode::Skip, BodySendMode::None));
+            }
+            reply
+        }
+        Step::Wait(by) => extend_timeout(by),
+        Step::Forward {
+            forward: f,
+            outcome,
+        } => forward(f, outcome),
+        Step::Reply {
+            reply,
+            headers,
+            outcome,
+        } => immediate(reply, headers, outcome),
+        Step::PassResponseHeaders { set, remove, body } => response_headers(set, remove, body),
+        Step::PassResponseBody { set, body, outcome } => response_body(set, body, outcome),
+        Step::PassRequestTrailers => ProcessingResponse {
+            response: Some(Response::RequestTrailers(TrailersResponse::default())),
+            ..Default::default()
+        },
+        Step::PassResponseTrailers => ProcessingResponse {
+            response: Some(Response::ResponseTrailers(TrailersResponse::default())),
+            ..Default::default()
+        },
     }
+}
+
+fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
+    set.into_iter()
+        .map(|(name, value)| set_header(name, &value))
+}
+
+fn value(field: Field) -> Value {
+    let kind = match field {
+        Field::Text(text) => Kind::StringValue(text),
+        Field::Number(n) => Kind::NumberValue(n),
+        Field::Headers(headers) => Kind::StructValue(Struct {
+            fields: headers
+                .into_iter()
+                .map(|(name, v)| (name.to_owned(), value(Field::Text(v))))
+                .collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
 }
 
 /// The `mom_router` dynamic metadata describing an outcome.
-pub fn metadata(trace: &Trace, response_path: ResponsePath) -> Struct {
-    namespaced(outcome_fields(trace, response_path))
-}
-
-/// The fields of the `mom_router` metadata describing an outcome.
-fn outcome_fields(trace: &Trace, response_path: ResponsePath) -> HashMap<String, Value> {
-    let mut fields = HashMap::new();
-    fields.insert("response_path".to_owned(), string(response_path.name()));
-    fields.insert("config_version".to_owned(), string(&trace.config_version));
-    if let Some(translation) = &trace.translation {
-        fields.insert("protocol".to_owned(), string(translation.protocol.name()));
-    }
-    if let Some(identity) = &trace.identity {
-        fields.insert("identity".to_owned(), string(identity));
-    }
-    if let Some(chain) = &trace.failover {
-        fields.insert("fallback".to_owned(), string(chain));
-    }
-    if let Some(model) = &trace.model {
-        fields.insert("decision".to_owned(), string(trace.decision_label()));
-        fields.insert("model".to_owned(), string(model));
-        fields.insert("algorithm".to_owned(), string(trace.algorithm));
-        fields.insert(
-            "confidence".to_owned(),
-            Value {
-                kind: Some(Kind::NumberValue(trace.confidence)),
-            },
-        );
-    }
-    if !trace.scores.is_empty() {
-        fields.insert("scores".to_owned(), string(&trace.scores_label()));
-        fields.insert(
-            "selection_reason".to_owned(),
-            string(&trace.selection_reason),
-        );
-    }
-    if let Some(looper) = &trace.looper {
-        fields.insert("looper".to_owned(), string(looper.kind));
-        fields.insert("looper_steps".to_owned(), string(&trace.looper_label()));
-        for (name, value) in [
-            ("looper_prompt_tokens", looper.usage.0 as f64),
-            ("looper_completion_tokens", looper.usage.1 as f64),
-            ("looper_cost", looper.cost),
-        ] {
-            fields.insert(
-                name.to_owned(),
-                Value {
-                    kind: Some(Kind::NumberValue(value)),
-                },
-            );
-        }
-    }
-    if let Some(contract) = trace.contract_label() {
-        fields.insert("contract".to_owned(), string(&contract));
-    }
-    if !trace.plugins.is_empty() {
-        fields.insert("plugins".to_owned(), string(&trace.plugins_label()));
-    }
-    if let Some(grounding) = trace.grounding_label() {
-        fields.insert("grounding".to_owned(), string(&grounding));
-    }
-    if let Some(session) = &trace.session {
-        fields.insert("session".to_owned(), string(session.status));
-        fields.insert("session_reason".to_owned(), string(&session.reason));
-    }
-    if let Some(run_id) = &trace.run_id {
-        fields.insert("run_id".to_owned(), string(run_id));
-    }
-    if let Some(provider_model) = &trace.provider_model {
-        fields.insert("provider_model".to_owned(), string(provider_model));
-    }
-    if let Some((code, _)) = trace.error {
-        fields.insert("error".to_owned(), string(code));
-    }
-    fields
-}
-
-/// `fields` under the `mom_router` namespace.
-fn namespaced(fields: HashMap<String, Value>) -> Struct {
+pub fn metadata(outcome: Outcome) -> Struct {
+    let fields: HashMap<String, Value> = outcome
+        .0
+        .into_iter()
+        .map(|(name, field)| (name.to_owned(), value(field)))
+        .collect();
     let namespace = Value {
         kind: Some(Kind::StructValue(Struct { fields })),
     };
@@ -178,8 +183,8 @@ fn namespaced(fields: HashMap<String, Value>) -> Struct {
 }
 
 /// A reply that only extends Envoy's timer for the current message (up to the filter's
-/// `max_message_timeout`), sent before a looper's sub-requests.
-pub fn extend_timeout(by: std::time::Duration) -> ProcessingResponse {
+/// `max_message_timeout`), sent before mom-router calls models.
+fn extend_timeout(by: std::time::Duration) -> ProcessingResponse {
     ProcessingResponse {
         override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
             seconds: by.as_secs() as i64,
@@ -190,19 +195,10 @@ pub fn extend_timeout(by: std::time::Duration) -> ProcessingResponse {
 }
 
 /// Continue with the request headers unchanged.
-pub fn continue_request_headers() -> ProcessingResponse {
+fn continue_request_headers() -> ProcessingResponse {
     ProcessingResponse {
         response: Some(Response::RequestHeaders(HeadersResponse::default())),
         ..Default::default()
-    }
-}
-
-/// The request-headers reply that skips the response phases: the request body still comes
-/// whole (BUFFERED); the response passes through Envoy alone.
-pub fn continue_request_headers_unwatched() -> ProcessingResponse {
-    ProcessingResponse {
-        mode_override: Some(complete_mode(HeaderSendMode::Skip, BodySendMode::None)),
-        ..continue_request_headers()
     }
 }
 
@@ -220,9 +216,8 @@ fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) 
 }
 
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
-/// Takes the rewritten body by value so it is not copied. With `unwatched` (no response phase
-/// follows) the `x-mom-*` response headers go in the metadata's `headers`, for Envoy to add.
-pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingResponse {
+/// Takes the rewritten body by value so it is not copied.
+fn forward(forward: Forward, outcome: Outcome) -> ProcessingResponse {
     let mut set_headers = vec![
         set_header(SELECTED_MODEL_HEADER, &forward.model),
         set_header("content-length", &forward.body.len().to_string()),
@@ -245,75 +240,43 @@ pub fn forward(forward: Forward, trace: &Trace, unwatched: bool) -> ProcessingRe
         response: Some(Response::RequestBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: Some(if unwatched {
-            metadata_with_headers(trace)
-        } else {
-            metadata(trace, ResponsePath::Upstream)
-        }),
+        dynamic_metadata: Some(metadata(outcome)),
         ..Default::default()
     }
 }
 
-/// [`metadata`] plus `headers`: each `x-mom-*` response header by name.
-fn metadata_with_headers(trace: &Trace) -> Struct {
-    let headers = trace
-        .response_headers(ResponsePath::Upstream)
-        .into_iter()
-        .map(|(name, value)| (name.to_owned(), string(&value)))
-        .collect();
-    let mut fields = outcome_fields(trace, ResponsePath::Upstream);
-    let headers = Value {
-        kind: Some(Kind::StructValue(Struct { fields: headers })),
-    };
-    fields.insert("headers".to_owned(), headers);
-    namespaced(fields)
-}
-
-/// An immediate reply with a JSON body, the `x-mom-*` headers and metadata.
-pub fn immediate(reply: &Reply, trace: &Trace) -> ProcessingResponse {
-    immediate_on(reply, trace, ResponsePath::Immediate)
-}
-
-/// [`immediate`] on response path `path` (`fallback`: another model's answer after the
-/// forwarded one failed).
-pub fn immediate_on(reply: &Reply, trace: &Trace, path: ResponsePath) -> ProcessingResponse {
+/// An immediate reply with its body, its own headers, the `x-mom-*` headers and metadata.
+fn immediate(reply: Reply, headers: Vec<HeaderSet>, outcome: Outcome) -> ProcessingResponse {
     let typed = reply
         .headers
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
-    let mut set_headers = Vec::new();
+    let mut set = Vec::new();
     if !typed {
-        set_headers.push(set_header("content-type", "application/json"));
+        set.push(set_header("content-type", "application/json"));
     }
-    set_headers.extend(reply.headers.iter().map(|(k, v)| set_header(k, v)));
-    set_headers.extend(
-        trace
-            .response_headers(path)
-            .iter()
-            .map(|(k, v)| set_header(k, v)),
-    );
+    set.extend(reply.headers.iter().map(|(k, v)| set_header(k, v)));
+    set.extend(set_headers(headers));
     ProcessingResponse {
         response: Some(Response::ImmediateResponse(ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(reply.status),
             }),
             headers: Some(HeaderMutation {
-                set_headers,
+                set_headers: set,
                 remove_headers: Vec::new(),
             }),
-            body: reply.body.clone(),
             details: format!("mom_router_{}", reply.code.label()),
+            body: reply.body,
             ..Default::default()
         })),
-        dynamic_metadata: Some(metadata(trace, path)),
+        dynamic_metadata: Some(metadata(outcome)),
         ..Default::default()
     }
 }
 
 /// The run id a failed response's `mom_router` metadata names (the failover filter's stream).
-pub fn run_id_from(
-    metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
-) -> Option<&str> {
+pub fn run_id_from(metadata: Option<&Metadata>) -> Option<&str> {
     let fields = &metadata?.filter_metadata.get(METADATA_NAMESPACE)?.fields;
     match &fields.get("run_id")?.kind {
         Some(Kind::StringValue(id)) => Some(id),
@@ -321,42 +284,8 @@ pub fn run_id_from(
     }
 }
 
-/// A response-headers reply that passes the response on with `headers` set.
-pub fn response_headers_setting(headers: &[(&str, &str)]) -> ProcessingResponse {
-    let mut reply = response_headers(None, BodyMode::Unchanged);
-    if let Some(Response::ResponseHeaders(HeadersResponse {
-        response: Some(common),
-    })) = &mut reply.response
-    {
-        let mutation = common.header_mutation.get_or_insert_with(Default::default);
-        mutation
-            .set_headers
-            .extend(headers.iter().map(|(k, v)| set_header(k, v)));
-    }
-    reply
-}
-
-/// How the response body reaches mom-router.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyMode {
-    /// Not at all (the filter's configured mode).
-    Unchanged,
-    /// Chunk by chunk as it passes (observation, streamed contract checks).
-    Streamed,
-    /// Whole, before the client sees any of it (contract checks that may repair).
-    Buffered,
-}
-
-/// The response-headers reply: `x-mom-*` headers, and the response body mode asked for.
-pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResponse {
-    let set_headers = trace
-        .map(|t| {
-            t.response_headers(ResponsePath::Upstream)
-                .iter()
-                .map(|(k, v)| set_header(k, v))
-                .collect()
-        })
-        .unwrap_or_default();
+/// The response-headers reply: headers set and removed, and the response body mode asked for.
+fn response_headers(set: Vec<HeaderSet>, remove: Vec<&str>, body: BodyMode) -> ProcessingResponse {
     let response_body_mode = match body {
         BodyMode::Unchanged => None,
         BodyMode::Streamed => Some(BodySendMode::Streamed),
@@ -367,8 +296,8 @@ pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResp
         response: Some(Response::ResponseHeaders(HeadersResponse {
             response: Some(CommonResponse {
                 header_mutation: Some(HeaderMutation {
-                    set_headers,
-                    remove_headers: Vec::new(),
+                    set_headers: set_headers(set).collect(),
+                    remove_headers: remove.into_iter().map(str::to_owned).collect(),
                 }),
                 ..Default::default()
             }),
@@ -378,44 +307,22 @@ pub fn response_headers(trace: Option<&Trace>, body: BodyMode) -> ProcessingResp
     }
 }
 
-/// Adds `name` to the headers a response-headers reply removes.
-pub fn remove_response_header(reply: &mut ProcessingResponse, name: &str) {
-    if let Some(Response::ResponseHeaders(HeadersResponse {
-        response: Some(common),
-    })) = &mut reply.response
-    {
-        common
-            .header_mutation
-            .get_or_insert_with(HeaderMutation::default)
-            .remove_headers
-            .push(name.to_owned());
-    }
-}
-
-/// A response body mom-router read: the replacement body when there is one (with its
-/// content-length while Envoy holds the headers, a BUFFERED body), and — given the trace of a
-/// finished contract check — `x-mom-contract` (held headers only) and the metadata with the
-/// outcome.
-pub fn checked_response_body(
-    checked: Option<&Trace>,
+/// The response-body reply: the chunk passed on or replaced, headers set while Envoy holds them
+/// (a BUFFERED body), and the metadata once a check finished.
+fn response_body(
+    set: Vec<HeaderSet>,
     body: Option<Vec<u8>>,
-    held: bool,
+    outcome: Option<Outcome>,
 ) -> ProcessingResponse {
-    let mut set_headers = Vec::new();
-    if held {
-        if let Some(contract) = checked.and_then(Trace::contract_label) {
-            set_headers.push(set_header("x-mom-contract", &contract));
-        }
-        if let Some(grounding) = checked.and_then(Trace::grounding_label) {
-            set_headers.push(set_header("x-mom-grounding", &grounding));
-        }
-        if let Some(body) = &body {
-            set_headers.push(set_header("content-length", &body.len().to_string()));
-        }
+    if set.is_empty() && body.is_none() && outcome.is_none() {
+        return ProcessingResponse {
+            response: Some(Response::ResponseBody(BodyResponse::default())),
+            ..Default::default()
+        };
     }
     let common = CommonResponse {
-        header_mutation: (!set_headers.is_empty()).then_some(HeaderMutation {
-            set_headers,
+        header_mutation: (!set.is_empty()).then(|| HeaderMutation {
+            set_headers: set_headers(set).collect(),
             remove_headers: Vec::new(),
         }),
         body_mutation: body.map(|body| BodyMutation {
@@ -427,55 +334,7 @@ pub fn checked_response_body(
         response: Some(Response::ResponseBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: checked.map(|trace| metadata(trace, ResponsePath::Upstream)),
-        ..Default::default()
-    }
-}
-
-/// Replaces the body a response-body reply sends on (a refusal is left as it is); a held body
-/// gets its new content-length.
-pub fn replace_response_body(response: &mut ProcessingResponse, body: Vec<u8>, held: bool) {
-    let Some(Response::ResponseBody(BodyResponse { response: common })) = &mut response.response
-    else {
-        return;
-    };
-    let common = common.get_or_insert_with(CommonResponse::default);
-    if held {
-        let mutation = common
-            .header_mutation
-            .get_or_insert_with(HeaderMutation::default);
-        mutation
-            .set_headers
-            .retain(|h| h.header.as_ref().is_none_or(|h| h.key != "content-length"));
-        mutation
-            .set_headers
-            .push(set_header("content-length", &body.len().to_string()));
-    }
-    common.body_mutation = Some(BodyMutation {
-        mutation: Some(Mutation::Body(body)),
-    });
-}
-
-/// Pass a response body chunk through unchanged.
-pub fn continue_response_body() -> ProcessingResponse {
-    ProcessingResponse {
-        response: Some(Response::ResponseBody(BodyResponse::default())),
-        ..Default::default()
-    }
-}
-
-/// Pass request trailers through unchanged.
-pub fn continue_request_trailers() -> ProcessingResponse {
-    ProcessingResponse {
-        response: Some(Response::RequestTrailers(TrailersResponse::default())),
-        ..Default::default()
-    }
-}
-
-/// Pass response trailers through unchanged.
-pub fn continue_response_trailers() -> ProcessingResponse {
-    ProcessingResponse {
-        response: Some(Response::ResponseTrailers(TrailersResponse::default())),
+        dynamic_metadata: outcome.map(metadata),
         ..Default::default()
     }
 }

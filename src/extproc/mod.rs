@@ -1,6 +1,6 @@
-//! The Envoy ext_proc adapter: protocol only. One task owns each gRPC stream ([`service`]), a
-//! per-stream state struct has one function per phase ([`stream`]), and proto types meet domain
-//! types in one file ([`convert`]).
+//! The Envoy ext_proc adapter: protocol only. Each gRPC stream ([`service`]) drives one
+//! protocol-neutral [`crate::engine::exchange::Exchange`] ([`stream`]), and proto types meet
+//! the exchange's messages and steps in one file ([`convert`]).
 //!
 //! Phases (the filter config in `envoy/` sets these modes):
 //!

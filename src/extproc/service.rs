@@ -2,17 +2,13 @@
 //! message from Envoy and yields one reply, in order; nothing is queued beyond that.
 
 use super::stream::StreamState;
-use crate::config::ConfigStore;
-use crate::engine::Services;
-use crate::observability::Metrics;
-use crate::records::RecordSink;
+use crate::engine::exchange::{Exchanges, FailoverPart, Proxy};
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     external_processor_server::{ExternalProcessor, ExternalProcessorServer},
     ProcessingRequest, ProcessingResponse,
 };
 use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
-use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest gRPC message accepted from Envoy (a buffered request body plus headers). Bodies over
@@ -35,35 +31,13 @@ pub const FAILOVER_METADATA: &str = "x-mom-failover";
 /// The ext_proc gRPC service.
 #[derive(Clone)]
 pub struct ExtProcService {
-    store: Arc<ConfigStore>,
-    metrics: Arc<Metrics>,
-    services: Services,
-    records: Option<RecordSink>,
-    spans: Option<crate::observability::otlp::SpanSink>,
+    exchanges: Exchanges,
 }
 
 impl ExtProcService {
-    /// A service reading policy from `store`, with `services` for state and sub-requests.
-    pub fn new(store: Arc<ConfigStore>, metrics: Arc<Metrics>, services: Services) -> Self {
-        Self {
-            store,
-            metrics,
-            services,
-            records: None,
-            spans: None,
-        }
-    }
-
-    /// Sends a run record of every chat request to `records`.
-    pub fn with_records(mut self, records: Option<RecordSink>) -> Self {
-        self.records = records;
-        self
-    }
-
-    /// Sends the spans of every chat request to `spans`.
-    pub fn with_spans(mut self, spans: Option<crate::observability::otlp::SpanSink>) -> Self {
-        self.spans = spans;
-        self
+    /// A service opening one of `exchanges` per stream.
+    pub fn new(exchanges: Exchanges) -> Self {
+        Self { exchanges }
     }
 
     /// The tonic server wrapper with message limits raised for buffered bodies.
@@ -75,15 +49,6 @@ impl ExtProcService {
 }
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
-
-/// Decrements the active-stream gauge however the stream task ends.
-struct ActiveStream(Arc<Metrics>);
-
-impl Drop for ActiveStream {
-    fn drop(&mut self) {
-        self.0.active_streams.dec();
-    }
-}
 
 #[tonic::async_trait]
 impl ExternalProcessor for ExtProcService {
@@ -99,47 +64,42 @@ impl ExternalProcessor for ExtProcService {
             .metadata()
             .get(RESPONSE_HEADERS_METADATA)
             .is_some_and(|v| v.as_bytes() == HEADERS_FROM_METADATA.as_bytes());
-        let failover = request
+        let failover = match request
             .metadata()
             .get(FAILOVER_METADATA)
-            .map(|v| v.as_bytes().to_vec());
+            .map(|v| v.as_bytes())
+        {
+            Some(b"filter") => FailoverPart::Filter,
+            Some(b"stream") => FailoverPart::Stream,
+            _ => FailoverPart::None,
+        };
         let inbound = request.into_inner();
-        let state = StreamState::new(
-            self.store.snapshot(),
-            self.metrics.clone(),
-            self.services.clone(),
-        )
-        .with_records(self.records.clone())
-        .with_spans(self.spans.clone())
-        .with_envoy_adding_headers(envoy_adds_headers)
-        .with_failover_filter(failover.as_deref() == Some(b"filter"))
-        .as_failover_stream(failover.as_deref() == Some(b"stream"));
-        self.metrics.active_streams.inc();
-        let active = ActiveStream(self.metrics.clone());
+        let state = StreamState::new(self.exchanges.open(Proxy {
+            adds_headers: envoy_adds_headers,
+            failover,
+        }));
         // The response stream owns the stream state: each message from Envoy is handled when
         // tonic polls for the next reply, with no extra task or channel hop.
-        let replies = futures_util::stream::unfold(
-            (inbound, state, active),
-            |(mut inbound, mut state, active)| async move {
+        let replies =
+            futures_util::stream::unfold((inbound, state), |(mut inbound, mut state)| async move {
                 if let Some(reply) = state.resume().await {
-                    return Some((Ok(reply), (inbound, state, active)));
+                    return Some((Ok(reply), (inbound, state)));
                 }
                 loop {
                     match inbound.next().await? {
                         Ok(message) => {
                             if let Some(reply) = state.handle(message).await {
-                                return Some((Ok(reply), (inbound, state, active)));
+                                return Some((Ok(reply), (inbound, state)));
                             }
                         }
                         Err(status) => {
-                            active.0.stream_errors.inc();
+                            state.broke();
                             tracing::debug!(%status, "ext_proc stream ended with an error");
                             return None;
                         }
                     }
                 }
-            },
-        );
+            });
         Ok(Response::new(Box::pin(replies)))
     }
 }

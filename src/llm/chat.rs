@@ -153,6 +153,25 @@ impl ChatRequest {
         &self.object
     }
 
+    /// Asks a streamed answer for its usage (`stream_options.include_usage`); false when the
+    /// client had asked already (or the request does not stream).
+    pub fn ask_for_usage(&mut self) -> bool {
+        let options = self.object.get("stream_options");
+        let asked = options.and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
+        if !self.stream || asked {
+            return false;
+        }
+        let options = self
+            .object
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !options.is_object() {
+            *options = Value::Object(Map::new());
+        }
+        options["include_usage"] = Value::Bool(true);
+        true
+    }
+
     /// The completion-token cap the client asked for (`max_completion_tokens`, else
     /// `max_tokens`), when it is a positive integer.
     pub fn max_tokens(&self) -> Option<u64> {

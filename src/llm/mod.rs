@@ -11,6 +11,7 @@ pub mod lines;
 pub mod logprobs;
 pub mod sse;
 pub mod usage;
+pub mod usage_strip;
 
 pub use chat::{ChatRequest, Message, RequestError};
 pub use client::{CallError, LlmClient, SubReply};

@@ -123,6 +123,22 @@ pub struct PluginLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a tenant's requests.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    /// The tenant.
+    pub tenant: String,
+}
+
+/// Labels of a tenant's refused requests.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantRefusalLabels {
+    /// The tenant.
+    pub tenant: String,
+    /// The error code (`rate_limit_exceeded`, `insufficient_quota`).
+    pub code: &'static str,
+}
+
 /// The registry and every metric in it.
 #[derive(Debug)]
 pub struct Metrics {
@@ -161,6 +177,14 @@ pub struct Metrics {
     pub contract_checks: Family<ContractLabels, Counter>,
     /// Plugin actions, by plugin and outcome.
     pub plugin_actions: Family<PluginLabels, Counter>,
+    /// Requests admitted, by tenant.
+    pub tenant_requests: Family<TenantLabels, Counter>,
+    /// Tokens used (prompt and completion, looper calls included), by tenant.
+    pub tenant_tokens: Family<TenantLabels, Counter<f64>>,
+    /// Cost of the calls made, by tenant, in the unit of the models' pricing.
+    pub tenant_cost: Family<TenantLabels, Counter<f64>>,
+    /// Requests refused over a limit, by tenant and code.
+    pub tenant_refusals: Family<TenantRefusalLabels, Counter>,
     /// The GenAI conventions' metrics, named without mom-router's prefix.
     gen_ai: Registry,
     /// `gen_ai.client.operation.duration`: seconds from forwarding a request to its answer's
@@ -291,6 +315,30 @@ impl Metrics {
             "Plugin actions in the request phase: passed, blocked, rerouted or applied",
             plugin_actions.clone(),
         );
+        let tenant_requests = Family::<TenantLabels, Counter>::default();
+        registry.register(
+            "tenant_requests",
+            "Requests admitted, by tenant",
+            tenant_requests.clone(),
+        );
+        let tenant_tokens = Family::<TenantLabels, Counter<f64>>::default();
+        registry.register(
+            "tenant_tokens",
+            "Tokens used by a tenant's requests: prompt and completion, looper calls included",
+            tenant_tokens.clone(),
+        );
+        let tenant_cost = Family::<TenantLabels, Counter<f64>>::default();
+        registry.register(
+            "tenant_cost",
+            "Cost of a tenant's model calls, in the unit of the models' pricing",
+            tenant_cost.clone(),
+        );
+        let tenant_refusals = Family::<TenantRefusalLabels, Counter>::default();
+        registry.register(
+            "tenant_refusals",
+            "A tenant's requests refused over a limit (429), by code",
+            tenant_refusals.clone(),
+        );
         let mut gen_ai = Registry::default();
         let gen_ai_duration = Family::<GenAiLabels, Histogram>::new_with_constructor(
             gen_ai_duration_histogram as fn() -> _,
@@ -315,6 +363,10 @@ impl Metrics {
             gen_ai_duration,
             gen_ai_tokens,
             plugin_actions,
+            tenant_requests,
+            tenant_tokens,
+            tenant_cost,
+            tenant_refusals,
             contract_checks,
             signal_errors,
             state_fallbacks,
@@ -332,6 +384,15 @@ impl Metrics {
             runtime_workers,
             stream_errors,
         }
+    }
+
+    /// Counts what a tenant's request used once it is settled.
+    pub fn observe_tenant(&self, tenant: &str, tokens: f64, cost: f64) {
+        let labels = TenantLabels {
+            tenant: tenant.to_owned(),
+        };
+        self.tenant_tokens.get_or_create(&labels).inc_by(tokens);
+        self.tenant_cost.get_or_create(&labels).inc_by(cost);
     }
 
     /// Counts one finished model call in the GenAI metrics: its duration and the input and

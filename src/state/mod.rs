@@ -8,6 +8,7 @@
 //! to Redis (in the background, never on the request path) and a refresher replaces the local
 //! copy with Redis's merged view, so every replica reads what all of them learned.
 
+pub mod budgets;
 mod cache;
 mod health;
 mod outcome;
@@ -119,6 +120,15 @@ pub enum StateError {
     Redis(String),
 }
 
+/// Why a tenant's request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admit {
+    /// A limit has nothing left for it.
+    Refused(budgets::Refused),
+    /// The shared store did not answer and the tenants fail closed.
+    StoreDown,
+}
+
 /// The model a session is pinned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pin {
@@ -142,6 +152,8 @@ pub struct StateStore {
     pub health: Health,
     /// Requests in flight per model, in this process.
     pub pool: Pool,
+    /// Tenants' budgets, in this process.
+    pub budgets: budgets::Budgets,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -177,6 +189,7 @@ impl StateStore {
             redis: None,
             health: Health::default(),
             pool: Pool::default(),
+            budgets: budgets::Budgets::default(),
         }
     }
 
@@ -244,6 +257,56 @@ impl StateStore {
     /// Whether state is shared through Redis.
     pub fn shared(&self) -> bool {
         self.redis.is_some()
+    }
+
+    /// Takes every draw of a tenant's request or none: through Redis, one script call, when
+    /// state is shared, else in this process. When Redis does not answer, `fail_closed` refuses
+    /// the request ([`Admit::StoreDown`]); otherwise this process's own buckets decide. Either
+    /// way the failure is counted in `mom_state_fallbacks_total{operation="budget"}`.
+    pub async fn admit(
+        &self,
+        draws: &[budgets::Draw<'_>],
+        fail_closed: bool,
+    ) -> Result<(Vec<budgets::Level>, budgets::Slots), Admit> {
+        let Some(tier) = &self.redis else {
+            return self.budgets.admit(draws).map_err(Admit::Refused);
+        };
+        match tier.admit(draws).await {
+            Ok(Ok(levels)) => {
+                let held: Vec<String> = draws
+                    .iter()
+                    .filter(|d| d.window.is_none())
+                    .map(|d| d.key.to_owned())
+                    .collect();
+                let slots = match held.is_empty() {
+                    true => budgets::Slots::default(),
+                    false => {
+                        let writer = tier.writer();
+                        budgets::Slots::shared(move || {
+                            let _ = writer.try_send(Write::Release(held));
+                        })
+                    }
+                };
+                Ok((levels, slots))
+            }
+            Ok(Err(refused)) => Err(Admit::Refused(refused)),
+            Err(()) if fail_closed => Err(Admit::StoreDown),
+            Err(()) => self.budgets.admit(draws).map_err(Admit::Refused),
+        }
+    }
+
+    /// Adds `delta` to a tenant's bucket (a refund, or a charge when negative): in Redis, off
+    /// the request path, when state is shared, else in this process.
+    pub fn adjust_budget(&self, key: &str, capacity: f64, window: Duration, delta: f64) {
+        match &self.redis {
+            Some(tier) => tier.queue(Write::Budget {
+                key: key.to_owned(),
+                capacity,
+                window,
+                delta,
+            }),
+            None => self.budgets.adjust(key, capacity, window, delta),
+        }
     }
 
     /// The settings the store runs with.

@@ -18,9 +18,12 @@
 //!   on the request path (one GET, bounded by the timeout) so a session keeps its model on
 //!   whichever replica its next turn lands.
 //! - `P:answer:…` and `P:answers:…`: the semantic cache's answers (see `cache`).
+//! - `P:budget:…`, `P:inflight:…`: tenants' budgets (see `budgets`), drawn on the request path
+//!   in one script call.
 //! - `P:STREAM`: run records (`XADD … MAXLEN ~ N * record JSON`) when `records.redisStream`
 //!   names the stream.
 
+mod budgets;
 mod cache;
 
 use super::cache::{CacheKey, Kept};
@@ -57,6 +60,15 @@ pub(super) enum Write {
         max_len: u64,
         json: String,
     },
+    /// A tenant's bucket corrected by `delta`.
+    Budget {
+        key: String,
+        capacity: f64,
+        window: Duration,
+        delta: f64,
+    },
+    /// Requests that ended, under these concurrency limits.
+    Release(Vec<String>),
 }
 
 /// Queued writes beyond this are dropped (and counted): Redis is too slow or gone.
@@ -228,6 +240,13 @@ impl RedisTier {
                     .await
             }
             Write::Answer(key, kept) => self.write_answer(&key, &kept).await,
+            Write::Budget {
+                key,
+                capacity,
+                window,
+                delta,
+            } => self.adjust_budget(&key, capacity, window, delta).await,
+            Write::Release(keys) => self.release(&keys).await,
             Write::Record {
                 stream,
                 max_len,

@@ -268,6 +268,8 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
         text.split(' ').map(|w| format!("{w} ")).collect()
     };
     let pause = backend.chunk_pause;
+    // Asked for, the usage comes in a chunk of its own with no choices, as OpenAI sends it.
+    let usage = request["stream_options"]["include_usage"] == json!(true);
     let chunks = futures_util::stream::unfold(0usize, move |i| {
         let words = words.clone();
         let model = model.clone();
@@ -286,7 +288,17 @@ async fn chat(State(backend): State<FakeBackend>, headers: HeaderMap, body: Byte
                     "model": model,
                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
                 });
-                format!("data: {chunk}\n\n")
+                let mut frame = format!("data: {chunk}\n\n");
+                if usage {
+                    let counted = json!({
+                        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                        "model": model, "choices": [],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": words.len(),
+                                  "total_tokens": 5 + words.len()},
+                    });
+                    frame.push_str(&format!("data: {counted}\n\n"));
+                }
+                frame
             } else {
                 let chunk = json!({
                     "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,

@@ -14,6 +14,7 @@ mod plugins;
 mod projections;
 mod signals;
 mod state;
+mod tenants;
 
 use self::models::{compile_encoder, compile_ner};
 use self::signals::{compile_decisions, compile_signals, signal_name, Models};
@@ -37,39 +38,6 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9190";
 pub const DEFAULT_INTERNAL_URL: &str = "http://127.0.0.1:10001";
 /// Default request body limit (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
-
-/// A cache plugin shared through Redis needs the Redis state backend (its connection).
-fn check_shared_caches(raw: &RawConfig, errors: &mut Errors) {
-    let redis = raw
-        .state
-        .as_ref()
-        .is_some_and(|s| s.backend == crate::config::raw::RawStateBackend::Redis);
-    if redis {
-        return;
-    }
-    let plugins = raw
-        .decisions
-        .iter()
-        .map(|(i, d)| (format!("decisions[{i}]"), &d.plugins))
-        .chain(
-            raw.identities
-                .iter()
-                .map(|(i, d)| (format!("identities[{i}]"), &d.plugins)),
-        );
-    for (path, plugins) in plugins {
-        for (j, plugin) in plugins.iter().enumerate() {
-            if let crate::config::raw::RawPlugin::SemanticCache(cache) = plugin {
-                if !cache.shared {
-                    continue;
-                }
-                errors.push(
-                    format!("{path}.plugins[{j}].shared"),
-                    "a shared cache keeps answers in Redis; set state.backend: redis with state.redis.url",
-                );
-            }
-        }
-    }
-}
 
 /// Compiles the raw document. `hash` is the hex SHA-256 of the source text; relative paths are
 /// resolved against `base`. Loads (or reuses) the encoder when `inference.encoder` is set.
@@ -157,7 +125,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         },
         errors,
     );
-    check_shared_caches(&raw, errors);
+    state::check_shared_caches(&raw, errors);
     if raw.identities.is_empty() && errors.is_empty() {
         errors.push(
             "identities",
@@ -181,6 +149,11 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             );
         }
     }
+    let callable = |name: &str| identity_index.contains_key(name) || model_index.contains_key(name);
+    let tenants = raw
+        .tenants
+        .as_ref()
+        .map(|t| tenants::compile_tenants(t, &callable, errors));
     let label = raw.version.unwrap_or_else(|| "unversioned".to_owned());
     let server = server?;
     let state = state?;
@@ -190,6 +163,10 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         return None;
     }
     let decisions: Vec<Decision> = decisions.into_iter().collect::<Option<_>>()?;
+    let tenants = match tenants {
+        Some(compiled) => Some(Arc::new(compiled?)),
+        None => None,
+    };
     // Identities' objectives and latency or cost bounds read observations too.
     let identities_observe = identities.iter().any(|(_, identity)| {
         identity.bounds.latency_slo_ms.is_some()
@@ -229,6 +206,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         }
     };
     let observe_responses = identities_observe
+        || tenants.as_ref().is_some_and(|t| t.counts_usage())
         || energy_recorded
         || otlp.is_some()
         || decisions.iter().any(|d| d.algorithm.observes_responses());
@@ -237,7 +215,9 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
             || d.contract.is_some()
             || d.plugins.iter().any(crate::config::Plugin::reads_answer)
     };
+    // Every answer to a tenant's request carries its x-ratelimit-* headers.
     let response_work = observe_responses
+        || tenants.is_some()
         || records.is_some()
         || decisions.iter().any(answer_work)
         || identities.iter().any(|(_, identity)| {
@@ -259,6 +239,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         records,
         otlp,
         sessions,
+        tenants,
         models,
         identities: identities.into_iter().map(|(_, i)| i).collect(),
         keywords,

@@ -250,3 +250,36 @@ pub(super) fn compile_observability(
         })
     })
 }
+
+/// A cache plugin shared through Redis needs the Redis state backend (its connection).
+pub(super) fn check_shared_caches(raw: &crate::config::parse::RawConfig, errors: &mut Errors) {
+    let redis = raw
+        .state
+        .as_ref()
+        .is_some_and(|s| s.backend == RawStateBackend::Redis);
+    if redis {
+        return;
+    }
+    let plugins = raw
+        .decisions
+        .iter()
+        .map(|(i, d)| (format!("decisions[{i}]"), &d.plugins))
+        .chain(
+            raw.identities
+                .iter()
+                .map(|(i, d)| (format!("identities[{i}]"), &d.plugins)),
+        );
+    for (path, plugins) in plugins {
+        for (j, plugin) in plugins.iter().enumerate() {
+            if let crate::config::raw::RawPlugin::SemanticCache(cache) = plugin {
+                if !cache.shared {
+                    continue;
+                }
+                errors.push(
+                    format!("{path}.plugins[{j}].shared"),
+                    "a shared cache keeps answers in Redis; set state.backend: redis with state.redis.url",
+                );
+            }
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! (output contract, answer guard, grounding check, masked values to restore, where the cache
 //! keeps it, the client's protocol); they are settled in one order on an answer already in hand
 //! here ([`settle_in_hand`]) and on a forwarded request's held answer in the response phase
-//! (`extproc::stream`, which streams what it can and holds the rest), both through
+//! (the exchange, which streams what it can and holds the rest), both through
 //! [`settle_held`] on one parse of the answer ([`Held`]): the contract reads
 //! what the model wrote (placeholders included), the answer guard and the grounding check read
 //! the answer that would be delivered, the masked values come back, the cache keeps the

@@ -2,6 +2,7 @@
 //! plugins, the selection inputs and the pool's load, session continuity, the semantic cache's lookup, and what
 //! happens once the decision is made.
 
+pub mod admission;
 pub mod cache;
 pub(in crate::engine) mod decided;
 pub(in crate::engine) mod ingress;

@@ -13,22 +13,57 @@ use crate::selection::{request_key, Algorithm};
 use crate::signals::{Input, Neural, OnError, SignalKind};
 use crate::state::StateStore;
 
-/// Routes a complete chat-completion body (within the size limit).
+/// Routes a complete chat-completion body (within the size limit): a client's request is
+/// admitted for its tenant first (a sub-request was, with the request that made it).
 pub(in crate::engine) async fn route_chat(
     snapshot: &Snapshot,
     services: &Services,
     headers: &Headers,
     body: &[u8],
 ) -> Routed {
-    let state = services.state.as_ref();
     let depth = match sub_request_depth(services, headers) {
         Ok(depth) => depth,
         Err(error) => return refusal(snapshot, error),
     };
-    let request = match ChatRequest::parse(body) {
+    let mut request = match ChatRequest::parse(body) {
         Ok(request) => request,
         Err(e) => return refusal(snapshot, e.into()),
     };
+    let admission = match depth {
+        0 => super::admission::admit(snapshot, &services.state, headers, &mut request).await,
+        _ => Ok(None),
+    };
+    match admission {
+        Ok(admission) => {
+            let mut routed = route_request(snapshot, services, headers, body, request, depth).await;
+            routed.trace.tenant = admission.as_ref().map(|a| a.tenant.clone());
+            routed.trace.admission = admission;
+            routed
+        }
+        Err(error) => {
+            let tenant = match &error {
+                RouteError::RateLimited { tenant, .. }
+                | RouteError::BudgetsUnavailable { tenant } => Some(tenant.clone()),
+                _ => None,
+            };
+            let mut refused = refusal(snapshot, error);
+            refused.trace.tenant = tenant;
+            refused
+        }
+    }
+}
+
+/// Routes a parsed chat request: an identity's through its signals, decision and selection, a
+/// concrete model's as it is; any other name is refused.
+async fn route_request(
+    snapshot: &Snapshot,
+    services: &Services,
+    headers: &Headers,
+    body: &[u8],
+    request: ChatRequest,
+    depth: u32,
+) -> Routed {
+    let state = services.state.as_ref();
     if let Some(identity) = snapshot.identity(&request.model) {
         let deadlines = services.model_deadlines;
         let neural = neural_inputs(snapshot, identity.needs, &request, deadlines).await;

@@ -5,13 +5,10 @@
 //! [`crate::engine::failover::fail_over`] and answer with the fallback's response, or pass the
 //! failure on when no model answered.
 
-use super::{Pending, StreamState, LOOPER_MARGIN, MAX_MESSAGE_TIMEOUT};
+use super::{Exchange, FailoverPart, Head, Pending, Step, LOOPER_MARGIN, MAX_MESSAGE_TIMEOUT};
 use crate::engine::failover::{self, FailedOver, Plan, Waiting};
 use crate::engine::{Reply, ResponsePath, Trace};
-use crate::extproc::convert;
 use crate::observability::metrics::FallbackLabels;
-use envoy_types::pb::envoy::config::core::v3::Metadata;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingResponse};
 use std::sync::Arc;
 
 /// A failed response waiting for its failover, and its status.
@@ -25,26 +22,26 @@ pub(super) struct Failure {
 /// Where a failed response was seen.
 enum Seen {
     /// Seen by the forwarding stream: its plan, the failed response's headers.
-    Watched(Box<Plan>, HttpHeaders),
+    Watched(Box<Plan>, Head),
     /// Seen by the failover filter's stream: the parked request.
     Parked(Box<Waiting>),
 }
 
-impl StreamState {
-    /// The failover a response's headers call for, held for [`StreamState::resume`]: Envoy is
+impl Exchange {
+    /// The failover a response's headers call for, held for [`Exchange::resume`]: Envoy is
     /// asked to wait for its deadline. `Err` gives the headers back when there is none.
-    pub(super) fn hold_failure(
-        &mut self,
-        message: HttpHeaders,
-        metadata: Option<&Metadata>,
-    ) -> Result<ProcessingResponse, HttpHeaders> {
-        let headers = convert::headers_from(message.headers.as_ref());
-        let status = headers.get(":status").and_then(|s| s.parse::<u16>().ok());
+    #[allow(
+        clippy::result_large_err,
+        reason = "the headers come back by value on every response: boxing them would allocate"
+    )]
+    pub(super) fn hold_failure(&mut self, message: Head) -> Result<Step, Head> {
+        let status = message.headers.get(":status");
+        let status = status.and_then(|s| s.parse::<u16>().ok());
         if self.services.client.is_none() || !status.is_some_and(failover::fails_over) {
             return Err(message);
         }
-        let seen = if self.failover_stream {
-            let run_id = convert::run_id_from(metadata);
+        let seen = if self.proxy.failover == FailoverPart::Stream {
+            let run_id = message.run_id.as_deref();
             match run_id.and_then(|id| self.services.parked.take(id)) {
                 Some(mut waiting) => {
                     // The failed model is no longer busy with it.
@@ -67,16 +64,16 @@ impl StreamState {
         };
         let status = status.unwrap_or_default();
         self.pending = Some(Pending::FailOver(Failure { seen, status }));
-        Ok(convert::extend_timeout(
+        Ok(Step::Wait(
             (deadline + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
         ))
     }
 
     /// Runs a held failover: the fallback's answer, or the failure passed on.
-    pub(super) async fn fail_over(&mut self, failure: Failure) -> ProcessingResponse {
+    pub(super) async fn fail_over(&mut self, failure: Failure) -> Step {
         let snapshot = Arc::clone(&self.snapshot);
         let Some(client) = self.services.client.clone() else {
-            return convert::response_headers(None, convert::BodyMode::Unchanged);
+            return Step::pass_response_headers();
         };
         let state = Arc::clone(&self.services.state);
         let Failure { seen, status } = failure;
@@ -125,8 +122,9 @@ impl StreamState {
                     record.status = u32::from(reply.status);
                     record.response_path = ResponsePath::Fallback.name().to_owned();
                 }
+                let step = Step::reply(reply, &trace, ResponsePath::Fallback);
                 forwarded.trace = trace;
-                convert::immediate_on(&reply, &forwarded.trace, ResponsePath::Fallback)
+                step
             }
             Seen::Parked(waiting) => {
                 let plan = &waiting.plan;
@@ -138,9 +136,13 @@ impl StreamState {
                 match ended.answered {
                     Some((model, relayed)) => {
                         set_model(&snapshot, &mut trace, model);
-                        convert::immediate_on(&reply_of(relayed), &trace, ResponsePath::Fallback)
+                        Step::reply(reply_of(relayed), &trace, ResponsePath::Fallback)
                     }
-                    None => convert::response_headers_setting(&[("x-mom-fallback", &chain)]),
+                    None => Step::PassResponseHeaders {
+                        set: vec![("x-mom-fallback", chain)],
+                        remove: Vec::new(),
+                        body: super::BodyMode::Unchanged,
+                    },
                 }
             }
         }

@@ -2,14 +2,14 @@
 //! and finish reason, a response-phase refusal — into the run record, the model's statistics,
 //! the GenAI metrics and the stream's spans.
 
-use super::StreamState;
+use super::{Body, Exchange, Step};
+use crate::engine::{ReplyCode, ResponsePath, Trace};
 use crate::state::{now_ms, Observation, Timing};
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use std::time::Instant;
 
-impl StreamState {
+impl Exchange {
     /// Times the first chunk and feeds the usage scanner; records the response when it ends.
-    pub(super) fn observe_body(&mut self, message: &HttpBody) {
+    pub(super) fn observe_body(&mut self, message: &Body) {
         let mut finished = None;
         if let Some(forwarded) = &mut self.forwarded {
             if forwarded.first_chunk.is_none() {
@@ -19,7 +19,7 @@ impl StreamState {
                     .observe(forwarded.at.elapsed().as_secs_f64());
             }
             if let Some(scanner) = &mut forwarded.scanner {
-                scanner.push(&message.body);
+                scanner.push(&message.bytes);
             }
             if message.end_of_stream {
                 if let Some(scanner) = forwarded.scanner.take() {
@@ -37,28 +37,58 @@ impl StreamState {
 
     /// A response-phase refusal (a contract that fails, a withheld answer) is what the client
     /// got: the run record says so.
-    pub(super) fn note_refusal(&mut self, response: &ProcessingResponse) {
-        use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-        let (Some(record), Some(Response::ImmediateResponse(reply))) =
-            (&mut self.record, &response.response)
-        else {
+    pub(super) fn note_refusal(&mut self, step: &Step) {
+        let (Some(record), Step::Reply { reply, .. }) = (&mut self.record, step) else {
             return;
         };
-        if reply.details == "mom_router_ok" {
+        if reply.code == ReplyCode::Answer {
             // An answer (another model's after a failover), not a refusal.
             return;
         }
-        record.status = reply.status.as_ref().map_or(0, |s| s.code as u32);
-        record.error = reply
-            .details
-            .strip_prefix("mom_router_")
-            .unwrap_or(&reply.details)
-            .to_owned();
-        record.response_path = crate::engine::ResponsePath::Immediate.name().to_owned();
+        record.status = u32::from(reply.status);
+        reply.code.label().clone_into(&mut record.error);
+        ResponsePath::Immediate
+            .name()
+            .clone_into(&mut record.response_path);
+    }
+
+    /// Settles the tenant's admission of `trace` once: its reserved tokens corrected to what
+    /// the forwarded call (`usage` on `model`, when it answered) and any looper calls used, their
+    /// cost charged. A call that failed used nothing.
+    pub(super) fn settle_admission(
+        &mut self,
+        trace: &Trace,
+        answered: Option<(&str, crate::llm::Usage)>,
+    ) {
+        let Some(admission) = trace.admission.as_ref().filter(|_| !self.settled) else {
+            return;
+        };
+        self.settled = true;
+        let (mut tokens, mut cost) = trace.looper.as_ref().map_or((0.0, 0.0), |looper| {
+            ((looper.usage.0 + looper.usage.1) as f64, looper.cost)
+        });
+        if let Some((model, usage)) = answered {
+            // A prompt the upstream did not count is taken as estimated.
+            let prompt = usage.prompt_tokens.unwrap_or(admission.reserved as u64);
+            let completion = usage.completion_tokens.unwrap_or(0);
+            tokens += (prompt + completion) as f64;
+            cost += self
+                .snapshot
+                .model(model)
+                .map_or(0.0, |m| m.cost(prompt, completion));
+        }
+        admission.settle(&self.services.state, tokens, cost);
+        self.metrics.observe_tenant(&admission.tenant, tokens, cost);
     }
 
     /// Adds the finished response's timings and usage to the model's statistics.
     pub(super) fn record(&mut self, forwarded_at: Instant, usage: crate::llm::Usage) {
+        if let Some(forwarded) = self.forwarded.take() {
+            let succeeded = (200..300).contains(&forwarded.status);
+            let answered = succeeded.then_some((forwarded.model.as_str(), usage));
+            self.settle_admission(&forwarded.trace, answered);
+            self.forwarded = Some(forwarded);
+        }
         let Some(forwarded) = &self.forwarded else {
             return;
         };

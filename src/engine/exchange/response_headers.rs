@@ -2,21 +2,19 @@
 //! evidence when a final step failed, and how the response body is read (not at all, chunk
 //! by chunk, or whole).
 
-use super::{convert, StreamState};
+use super::{BodyMode, Exchange, Head, Step};
 use crate::engine::ResponsePath;
 use crate::llm::UsageScanner;
 use crate::observability::metrics::StatusLabels;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpHeaders, ProcessingResponse};
 use std::sync::Arc;
 use std::time::Instant;
 
-impl StreamState {
-    pub(super) fn on_response_headers(&mut self, message: HttpHeaders) -> ProcessingResponse {
-        let headers = convert::headers_from(message.headers.as_ref());
-        let status = headers.get(":status").unwrap_or_default();
+impl Exchange {
+    pub(super) fn on_response_headers(&mut self, message: Head) -> Step {
+        let status = message.headers.get(":status").unwrap_or_default();
         let observe = self.snapshot.observe_responses;
         let Some(forwarded) = &mut self.forwarded else {
-            return convert::response_headers(None, convert::BodyMode::Unchanged);
+            return Step::pass_response_headers();
         };
         let class = match status.chars().next() {
             Some(c @ '1'..='5') => format!("{c}xx"),
@@ -52,7 +50,7 @@ impl StreamState {
                 if let Some(protocol) = protocol {
                     crate::engine::in_protocol(&mut fallback, protocol);
                 }
-                return convert::immediate(&fallback, &forwarded.trace);
+                return Step::reply(*fallback, &forwarded.trace, ResponsePath::Immediate);
             }
             // A failed response is not checked against the contract nor for grounding.
             forwarded.obligations.drop_checks();
@@ -64,10 +62,10 @@ impl StreamState {
             forwarded.first_chunk = Some(Instant::now());
             let forwarded_at = forwarded.at;
             self.record(forwarded_at, crate::llm::Usage::default());
-            return convert::response_headers(
-                self.forwarded.as_ref().map(|f| &f.trace),
-                convert::BodyMode::Unchanged,
-            );
+            return match &self.forwarded {
+                Some(forwarded) => Step::response_headers(&forwarded.trace, BodyMode::Unchanged),
+                None => Step::pass_response_headers(),
+            };
         }
         let owed = &forwarded.obligations;
         let checked = owed.contract.is_some() || owed.restore.is_some();
@@ -84,11 +82,11 @@ impl StreamState {
         let streams = forwarded.stream && success;
         let hold = grounded || (checked && !forwarded.stream) || (translate && !streams);
         forwarded.body_mode = match (watch_body, hold) {
-            (false, _) => convert::BodyMode::Unchanged,
-            (true, true) => convert::BodyMode::Buffered,
-            (true, false) => convert::BodyMode::Streamed,
+            (false, _) => BodyMode::Unchanged,
+            (true, true) => BodyMode::Buffered,
+            (true, false) => BodyMode::Streamed,
         };
-        let mut reply = convert::response_headers(Some(&forwarded.trace), forwarded.body_mode);
+        let mut step = Step::response_headers(&forwarded.trace, forwarded.body_mode);
         let restore = &forwarded.obligations.restore;
         if let (true, false, Some(masker)) = (forwarded.stream, hold, restore) {
             forwarded.restorer = Some(crate::engine::answer::pii_mask::SseRestorer::new(
@@ -98,11 +96,25 @@ impl StreamState {
         if let (true, Some(protocol), true, false) = (watch_body, protocol, streams, hold) {
             forwarded.translator = crate::protocol::StreamTranslator::new(protocol);
         }
-        if forwarded.restorer.is_some() || forwarded.translator.is_some() {
+        let asked = forwarded
+            .trace
+            .admission
+            .as_ref()
+            .is_some_and(|a| a.strip_usage);
+        if let (true, true, None, false) = (watch_body, streams, protocol, hold || !asked) {
+            // A translated stream carries usage in the client's own protocol.
+            forwarded.stripper = Some(crate::llm::usage_strip::UsageStripper::default());
+        }
+        if forwarded.restorer.is_some()
+            || forwarded.translator.is_some()
+            || forwarded.stripper.is_some()
+        {
             // Rewritten chunks change the body's length: an upstream's content-length would
             // no longer hold, and Envoy refuses the response rather than send a wrong one.
-            convert::remove_response_header(&mut reply, "content-length");
+            if let Step::PassResponseHeaders { remove, .. } = &mut step {
+                remove.push("content-length");
+            }
         }
-        reply
+        step
     }
 }

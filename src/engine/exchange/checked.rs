@@ -4,18 +4,16 @@
 //! complete answer is collected for the semantic cache. Held bodies are settled whole in
 //! `settle`.
 
-use super::{StreamState, MAX_COLLECTED};
+use super::{Body, BodyMode, Exchange, Step, MAX_COLLECTED};
 use crate::engine::answer::contract::ContractOutcome;
 use crate::engine::answer::keep::keep_delivered;
-use crate::engine::{RouteError, Trace};
-use crate::extproc::convert::{self, BodyMode};
+use crate::engine::{ResponsePath, RouteError, Trace};
 use crate::observability::metrics::ContractLabels;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 
-impl StreamState {
+impl Exchange {
     /// The client gets `error` instead of the answer (a response-phase refusal): the trace
     /// carries it and a finished contract check is counted.
-    pub(super) fn refuse(&self, mut trace: Trace, error: &RouteError) -> ProcessingResponse {
+    pub(super) fn refuse(&self, mut trace: Trace, error: &RouteError) -> Step {
         trace.error = Some((error.code(), error.fault()));
         self.count_contract(&trace);
         let mut reply = error.reply();
@@ -26,7 +24,7 @@ impl StreamState {
         {
             crate::engine::in_protocol(&mut reply, protocol);
         }
-        convert::immediate(&reply, &trace)
+        Step::reply(reply, &trace, ResponsePath::Immediate)
     }
 
     /// The client's protocol's bytes for the (chat) bytes `delivered`, when they differ: a
@@ -58,19 +56,41 @@ impl StreamState {
         }
     }
 
-    pub(super) fn on_response_body(&mut self, message: &HttpBody) -> ProcessingResponse {
+    pub(super) fn on_response_body(&mut self, message: &Body) -> Step {
         self.observe_body(message);
-        let (mut response, replaced) = self.check_body(message);
-        let delivered = replaced.as_deref().unwrap_or(&message.body);
+        let (mut step, mut replaced) = self.check_body(message);
+        self.strip_usage(message, &mut step, &mut replaced);
+        let delivered = replaced.as_deref().unwrap_or(&message.bytes);
         self.collect_answer(message.end_of_stream, delivered);
         if let Some(translated) = self.translate(delivered, message.end_of_stream) {
             let held = self
                 .forwarded
                 .as_ref()
                 .is_some_and(|f| f.body_mode == BodyMode::Buffered);
-            convert::replace_response_body(&mut response, translated, held);
+            step.replace_body(translated, held);
         }
-        response
+        step
+    }
+
+    /// Takes the usage chunk the client did not ask for out of the bytes `step` sends on (and
+    /// out of the copy the cache keeps).
+    fn strip_usage(&mut self, message: &Body, step: &mut Step, copy: &mut Option<Vec<u8>>) {
+        let Some(forwarded) = &mut self.forwarded else {
+            return;
+        };
+        let (Some(stripper), Step::PassResponseBody { body, .. }) = (&mut forwarded.stripper, step)
+        else {
+            return;
+        };
+        let upstream = body.take();
+        let stripped = stripper.push(
+            upstream.as_deref().unwrap_or(&message.bytes),
+            message.end_of_stream,
+        );
+        if forwarded.obligations.keep.is_some() {
+            *copy = Some(stripped.clone());
+        }
+        *body = Some(stripped);
     }
 
     /// Collects what the client receives of an answer the cache may keep, and keeps it once the
@@ -102,25 +122,25 @@ impl StreamState {
 
     /// The reply to a streamed response body chunk, and the bytes the client gets instead of
     /// the upstream's when they differ. (A held body is settled whole: `settle`.)
-    fn check_body(&mut self, message: &HttpBody) -> (ProcessingResponse, Option<Vec<u8>>) {
+    fn check_body(&mut self, message: &Body) -> (Step, Option<Vec<u8>>) {
         let Some(forwarded) = &mut self.forwarded else {
-            return (convert::continue_response_body(), None);
+            return (Step::pass_response_body(), None);
         };
         let owed = &forwarded.obligations;
         if owed.contract.is_none() && owed.restore.is_none() {
-            return (convert::continue_response_body(), None);
+            return (Step::pass_response_body(), None);
         }
         if forwarded.body_mode == BodyMode::Buffered {
             // Envoy sends a buffered body whole; a partial one is passed on unread.
-            return (convert::continue_response_body(), None);
+            return (Step::pass_response_body(), None);
         }
         let contracted = forwarded.obligations.contract.is_some();
         if forwarded.collected.len() < MAX_COLLECTED && contracted {
-            forwarded.collected.extend_from_slice(&message.body);
+            forwarded.collected.extend_from_slice(&message.bytes);
         }
         // The bytes the client gets for this message, when they differ from the upstream's.
         let replaced = forwarded.restorer.as_mut().map(|restorer| {
-            let mut out = restorer.push(&message.body);
+            let mut out = restorer.push(&message.bytes);
             if message.end_of_stream {
                 out.extend(restorer.finish());
             }
@@ -132,10 +152,10 @@ impl StreamState {
             .then(|| replaced.clone())
             .flatten();
         let Some(contract) = &forwarded.obligations.contract else {
-            return (convert::checked_response_body(None, replaced, false), copy);
+            return (Step::checked_body(None, replaced, false), copy);
         };
         if !message.end_of_stream {
-            return (convert::checked_response_body(None, replaced, false), copy);
+            return (Step::checked_body(None, replaced, false), copy);
         }
         // The streamed bytes are already with the client: a broken contract is only reported.
         let text = crate::llm::usage::streamed_text(&forwarded.collected);
@@ -144,9 +164,6 @@ impl StreamState {
         forwarded.obligations.contract = None;
         let trace = forwarded.trace.clone();
         self.count_contract(&trace);
-        (
-            convert::checked_response_body(Some(&trace), replaced, false),
-            copy,
-        )
+        (Step::checked_body(Some(&trace), replaced, false), copy)
     }
 }

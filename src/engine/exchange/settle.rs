@@ -4,26 +4,24 @@
 //! and its translation into the client's protocol. When settling may call models (a repair,
 //! the guard's or the grounding check's encoder passes) Envoy is asked for time first.
 
-use super::{StreamState, REPAIR_DEADLINE};
+use super::{Body, BodyMode, Exchange, Step, REPAIR_DEADLINE};
 use crate::engine::answer::contract::{enforce, ContractOutcome};
 use crate::engine::answer::held::Held;
 use crate::engine::answer::obligations::{settle_held, Checked};
 use crate::engine::RouteError;
-use crate::extproc::convert::{self, BodyMode};
 use crate::observability::metrics::PluginLabels;
-use envoy_types::pb::envoy::service::ext_proc::v3::{HttpBody, ProcessingResponse};
 use serde_json::Value;
 
-impl StreamState {
+impl Exchange {
     /// The complete answer of a held (BUFFERED) body, observed (timing, usage) and parsed once;
     /// a streamed chunk comes back as it is.
-    pub(super) fn held(&mut self, message: HttpBody) -> Result<Held, HttpBody> {
+    pub(super) fn held(&mut self, message: Body) -> Result<Held, Body> {
         let stream = match &self.forwarded {
             Some(f) if f.body_mode == BodyMode::Buffered && message.end_of_stream => f.stream,
             _ => return Err(message),
         };
         self.observe_body(&message);
-        Ok(Held::new(message.body, stream))
+        Ok(Held::new(message.bytes, stream))
     }
 
     /// True when settling `answer` may call models — the answer guard, the grounding check, or
@@ -50,12 +48,12 @@ impl StreamState {
     /// the same model, with the masked conversation, or refused when the contract says `fail`),
     /// then what every complete answer owes ([`settle_held`]: answer guard, grounding, masked
     /// values restored, the cache's copy), and the answer translated into the client's protocol.
-    pub(super) async fn settle(&mut self, mut answer: Held) -> ProcessingResponse {
+    pub(super) async fn settle(&mut self, mut answer: Held) -> Step {
         if let Some(refused) = self.settle_contract(&mut answer).await {
             return refused;
         }
         let Some(forwarded) = &mut self.forwarded else {
-            return convert::continue_response_body();
+            return Step::pass_response_body();
         };
         let (snapshot, state) = (&self.snapshot, &self.services.state);
         let owed = &mut forwarded.obligations;
@@ -79,7 +77,7 @@ impl StreamState {
             body = translated;
             replaced = true;
         }
-        convert::checked_response_body(Some(&trace), replaced.then_some(body), true)
+        Step::checked_body(Some(&trace), replaced.then_some(body), true)
     }
 
     /// Counts what the answer guard and the grounding check found.
@@ -101,7 +99,7 @@ impl StreamState {
 
     /// Checks the answer against its contract, repairing it when it may (the repaired answer
     /// replaces it); the refusal when it breaks a contract that says `fail`.
-    async fn settle_contract(&mut self, answer: &mut Held) -> Option<ProcessingResponse> {
+    async fn settle_contract(&mut self, answer: &mut Held) -> Option<Step> {
         let forwarded = self.forwarded.as_mut()?;
         let contract = forwarded.obligations.contract.take()?;
         let request = std::mem::take(&mut forwarded.repair_request);
@@ -166,7 +164,7 @@ impl StreamState {
     }
 
     /// The refusal of an answer that broke contract `name` for `reason`.
-    fn violated(&self, contract: &'static str, reason: String) -> ProcessingResponse {
+    fn violated(&self, contract: &'static str, reason: String) -> Step {
         let error = RouteError::ContractViolated { contract, reason };
         let trace = self.forwarded.as_ref().map(|f| f.trace.clone());
         let trace = trace.unwrap_or_else(|| crate::engine::Trace::empty(&self.snapshot));

@@ -1,0 +1,261 @@
+//! Tenants and their budgets through a real Envoy: a tenant is known by its API key (an unknown
+//! or missing key gets 401), a tenant past its tokens a minute gets 429 with Retry-After before
+//! any model is called while another tenant is served, the bucket refills, requests in flight
+//! are bounded, and every answer carries OpenAI's `x-ratelimit-*` headers. No key appears in the
+//! access log or the answer.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use support::stack::{ask, header, Stack};
+
+const SMALL_KEY: &str = "sk-test-small-0001";
+const LARGE_KEY: &str = "sk-test-large-0002";
+
+fn digest(key: &str) -> String {
+    mom_router::config::hex_sha256(key.as_bytes())
+}
+
+/// Two tenants by API key: `small` with 40 tokens a minute and one request at a time,
+/// `large` with plenty.
+fn policy() -> String {
+    format!(
+        r#"
+version: tenants-test
+server:
+  maxBodyBytes: 1048576
+models:
+  - {{ name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct }}
+  - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct }}
+identities:
+  - {{ name: mom/auto, defaultModel: smollm2-135m }}
+tenants:
+  identifyBy: apiKey
+  list:
+    - name: small
+      apiKeys: {{ sha256: ["{}"] }}
+      limits:
+        - {{ tokensPerMinute: 40 }}
+        - {{ concurrentRequests: 1 }}
+    - name: large
+      apiKeys: {{ sha256: ["{}"] }}
+      limits:
+        - {{ tokensPerMinute: 100000 }}
+        - {{ requestsPerMinute: 1000 }}
+"#,
+        digest(SMALL_KEY),
+        digest(LARGE_KEY)
+    )
+}
+
+/// Posts a chat body through Envoy with `key` (none when `None`).
+async fn chat(stack: &Stack, key: Option<&str>, marker: &str) -> reqwest::Response {
+    let mut request = stack
+        .client
+        .post(stack.url("/v1/chat/completions", marker))
+        .header("content-type", "application/json")
+        .body(ask("hello there").to_string());
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    request.send().await.unwrap()
+}
+
+fn number(response: &reqwest::Response, name: &str) -> u64 {
+    let value = header(response, name);
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}: {value:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_tokens_is_refused_before_any_model_is_called_and_another_is_served() {
+    let stack = Stack::start_with_config(&policy()).await;
+    let mut remaining = Vec::new();
+    let mut refused = None;
+    for i in 0..10 {
+        let response = chat(&stack, Some(SMALL_KEY), &format!("small-{i}")).await;
+        if response.status() == 429 {
+            refused = Some((i, response));
+            break;
+        }
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-mom-tenant"), "small");
+        assert_eq!(number(&response, "x-ratelimit-limit-tokens"), 40);
+        remaining.push(number(&response, "x-ratelimit-remaining-tokens"));
+        assert!(header(&response, "x-ratelimit-reset-tokens").ends_with('s'));
+    }
+    // Each answer reports 12 tokens: the third or fourth request no longer fits 40.
+    let (i, response) = refused.expect("never refused");
+    assert!((2..=4).contains(&i), "refused at request {i}");
+    assert!(
+        remaining.windows(2).all(|w| w[1] < w[0]),
+        "remaining tokens fall: {remaining:?}"
+    );
+    let seen = stack.requests_seen();
+    assert_eq!(seen, i, "the refused request reached no model");
+    let retry_after = number(&response, "retry-after");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(header(&response, "x-mom-tenant"), "small");
+    let marker = format!("small-{i}");
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(error["error"]["type"], "tokens");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("tokensPerMinute limit of 40"), "{message}");
+    let line = stack.envoy.access_log_line(&marker).await;
+    assert_eq!(line["status"], 429, "{line}");
+    assert_eq!(line["mom_tenant"], "small", "{line}");
+    assert_eq!(line["mom_error"], "rate_limit_exceeded", "{line}");
+
+    let other = chat(&stack, Some(LARGE_KEY), "large-0").await;
+    assert_eq!(other.status(), 200, "another tenant is unaffected");
+    assert_eq!(header(&other, "x-mom-tenant"), "large");
+    assert_eq!(number(&other, "x-ratelimit-limit-requests"), 1000);
+    assert_eq!(number(&other, "x-ratelimit-remaining-requests"), 999);
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    assert!(
+        metrics
+            .contains(r#"mom_tenant_refusals_total{tenant="small",code="rate_limit_exceeded"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"mom_tenant_requests_total{tenant="large"} 1"#),
+        "{metrics}"
+    );
+    let log = stack.envoy.access_log_line("large-0").await.to_string();
+    for key in [SMALL_KEY, LARGE_KEY] {
+        assert!(!log.contains(key), "a key in the access log: {log}");
+    }
+
+    // The bucket refills at 40 a minute: after the wait it asked for, the request fits.
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
+    let again = chat(&stack, Some(SMALL_KEY), "small-refilled").await;
+    assert_eq!(again.status(), 200, "the window refilled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_or_missing_key_is_refused_with_401_and_no_model_is_called() {
+    let stack = Stack::start_with_config(&policy()).await;
+    for (key, marker, reason) in [
+        (
+            Some("sk-not-a-tenant"),
+            "unknown",
+            "unknown API key (sha256 ",
+        ),
+        (None, "missing", "no API key"),
+    ] {
+        let response = chat(&stack, key, marker).await;
+        assert_eq!(response.status(), 401, "{marker}");
+        assert_eq!(header(&response, "www-authenticate"), "Bearer");
+        let text = response.text().await.unwrap();
+        assert!(
+            !text.contains("sk-not-a-tenant"),
+            "the key is echoed: {text}"
+        );
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(error["error"]["code"], "invalid_api_key", "{text}");
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{message}");
+        let line = stack.envoy.access_log_line(marker).await;
+        assert!(!line.to_string().contains("sk-not-a-tenant"), "{line}");
+    }
+    assert_eq!(stack.requests_seen(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_requests_in_flight_are_bounded() {
+    let stack = Arc::new(Stack::start_with_config(&policy()).await);
+    let backend = &stack.backends["smollm2-135m"];
+    backend.delay_ms.store(1500, Ordering::Relaxed);
+    let background = Arc::clone(&stack);
+    let slow = tokio::spawn(async move {
+        chat(&background, Some(SMALL_KEY), "slow")
+            .await
+            .status()
+            .as_u16()
+    });
+    let arrived = support::eventually(Duration::from_secs(5), async || {
+        (!backend.seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        arrived.is_some(),
+        "the slow request never reached its model"
+    );
+    let second = chat(&stack, Some(SMALL_KEY), "second").await;
+    assert_eq!(second.status(), 429);
+    let error: Value = second.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("concurrentRequests limit of 1"),
+        "{message}"
+    );
+    assert_eq!(slow.await.unwrap(), 200);
+    backend.delay_ms.store(0, Ordering::Relaxed);
+    let third = chat(&stack, Some(SMALL_KEY), "third").await;
+    assert_eq!(third.status(), 200, "the slot is free once the first ends");
+}
+
+/// Posts a streamed chat body for `key`; with `usage` the client asks for the usage chunk.
+async fn stream_chat(stack: &Stack, key: &str, usage: bool, marker: &str) -> String {
+    let mut body = ask("hello there");
+    body["stream"] = Value::Bool(true);
+    if usage {
+        body["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+    let response = stack
+        .client
+        .post(stack.url("/v1/chat/completions", marker))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{marker}");
+    response.text().await.unwrap()
+}
+
+/// A counter's value in the metrics text.
+fn counter(metrics: &str, series: &str) -> f64 {
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .unwrap_or_else(|| panic!("no {series} in {metrics}"));
+    line[series.len()..].trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_counts_its_reported_usage_and_the_client_sees_no_chunk_it_did_not_ask_for(
+) {
+    let stack = Stack::start_with_config(&policy()).await;
+    let text = stream_chat(&stack, LARGE_KEY, false, "stream-plain").await;
+    let sent: Value = serde_json::from_str(&stack.bodies_seen()[0]).unwrap();
+    assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
+    assert!(
+        !text.contains("\"usage\""),
+        "a usage chunk the client did not ask for: {text}"
+    );
+    assert!(text.contains("[DONE]"), "{text}");
+    let words = support::stack::streamed(&text).split_whitespace().count();
+    assert!(words > 0, "{text}");
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    let tokens = counter(&metrics, r#"mom_tenant_tokens_total{tenant="large"}"#);
+    assert_eq!(tokens, (5 + words) as f64, "the reported usage counts");
+
+    let text = stream_chat(&stack, LARGE_KEY, true, "stream-usage").await;
+    assert!(
+        text.contains("\"usage\""),
+        "the client asked for it: {text}"
+    );
+}
