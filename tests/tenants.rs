@@ -137,6 +137,27 @@ async fn a_tenant_past_its_tokens_is_refused_before_any_model_is_called_and_anot
         assert!(!log.contains(key), "a key in the access log: {log}");
     }
 
+    // The admin API says what the tenant has left and what it did.
+    let admin = stack.sidecar.as_ref().unwrap().admin_url();
+    let usage: Value = reqwest::get(format!("{admin}/v1/tenants/small/usage"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["tenant"], "small", "{usage}");
+    assert_eq!(usage["limits"][0]["limit"], "tokensPerMinute", "{usage}");
+    let left = usage["limits"][0]["remaining"].as_f64().unwrap();
+    assert!(left < 12.0, "{usage}");
+    assert_eq!(usage["limits"][1]["in_flight"], 0.0, "{usage}");
+    assert_eq!(usage["this_replica"]["requests"], i as u64, "{usage}");
+    assert_eq!(usage["this_replica"]["tokens"], (12 * i) as f64, "{usage}");
+    assert_eq!(usage["this_replica"]["refusals"], 1, "{usage}");
+    let unknown = reqwest::get(format!("{admin}/v1/tenants/nobody/usage"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+
     // The bucket refills at 40 a minute: after the wait it asked for, the request fits.
     tokio::time::sleep(Duration::from_secs(retry_after)).await;
     let again = chat(&stack, Some(SMALL_KEY), "small-refilled").await;
@@ -258,4 +279,49 @@ async fn a_streamed_answer_counts_its_reported_usage_and_the_client_sees_no_chun
         text.contains("\"usage\""),
         "the client asked for it: {text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_running_out_of_budget_is_routed_to_the_cheaper_model_and_the_reason_says_so() {
+    let policy = format!(
+        r#"
+version: budget-signal-test
+models:
+  - {{ name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct }}
+  - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct }}
+identities:
+  - {{ name: mom/auto, defaultModel: qwen2.5-coder-0.5b }}
+signals:
+  - {{ name: running_out, type: budget, below: 0.8 }}
+decisions:
+  - name: thrifty
+    rules: {{ signal: running_out }}
+    modelRefs: [{{ model: smollm2-135m }}]
+tenants:
+  identifyBy: apiKey
+  list:
+    - name: small
+      apiKeys: {{ sha256: ["{}"] }}
+      limits:
+        - {{ tokensPerMinute: 100 }}
+"#,
+        digest(SMALL_KEY)
+    );
+    let stack = Stack::start_with_config(&policy).await;
+    let mut models = Vec::new();
+    for i in 0..5 {
+        let response = chat(&stack, Some(SMALL_KEY), &format!("budget-{i}")).await;
+        assert_eq!(response.status(), 200);
+        let model = header(&response, "x-mom-model");
+        if model == "smollm2-135m" {
+            assert_eq!(header(&response, "x-mom-decision"), "thrifty");
+            let left = number(&response, "x-ratelimit-remaining-tokens");
+            assert!(left < 80, "switched with {left} of 100 tokens left");
+        }
+        models.push(model);
+    }
+    // 12 tokens an answer: the first requests leave more than 80 of 100, then the tenant runs
+    // out and its requests go to the cheaper model.
+    assert_eq!(models[0], "qwen2.5-coder-0.5b", "{models:?}");
+    assert_eq!(models[4], "smollm2-135m", "{models:?}");
 }

@@ -110,3 +110,28 @@ async fn a_redis_that_stops_is_met_as_the_configuration_declares() {
         assert!(fallbacks >= 1.0, "{when_down}: the outage is counted");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_two_replicas_never_take_more_than_the_budget() {
+    let redis = Redis::start();
+    let stack = std::sync::Arc::new(Stack::start_replicas(&policy(&redis.url(), "open")).await);
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let stack = std::sync::Arc::clone(&stack);
+        clients.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for i in 0..3 {
+                let response = chat(&stack, &format!("burst-{c}-{i}")).await;
+                admitted += usize::from(response.status() == 200);
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for client in clients {
+        admitted += client.await.unwrap();
+    }
+    // 24 requests at once from 8 clients through both replicas: exactly the 6 a minute allows.
+    assert_eq!(admitted, 6);
+    assert_eq!(stack.requests_seen(), 6, "the refused reached no model");
+}

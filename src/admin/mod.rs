@@ -1,7 +1,9 @@
 //! The admin HTTP server: `/live`, `/ready`, `/metrics` (Prometheus text), `/config`, `/lock`
-//! (the resolution lock) and `POST /v1/outcomes` (feedback for the learning algorithms).
+//! (the resolution lock), `POST /v1/outcomes` (feedback for the learning algorithms) and
+//! `GET /v1/tenants/{id}/usage` (what a tenant has left).
 
 mod outcomes;
+mod usage;
 
 pub use outcomes::{parse as parse_outcomes, MAX_OUTCOMES};
 
@@ -77,6 +79,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/config", get(config))
         .route("/lock", get(lock))
         .route("/v1/outcomes", post(outcomes::post))
+        .route("/v1/tenants/{id}/usage", get(usage::get))
         .with_state(state)
 }
 

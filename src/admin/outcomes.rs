@@ -54,7 +54,7 @@ enum Body {
     Many(Vec<RawOutcome>),
 }
 
-fn error(status: StatusCode, message: &str, code: &str) -> Response {
+pub(super) fn error(status: StatusCode, message: &str, code: &str) -> Response {
     let kind = if status.is_client_error() {
         "invalid_request_error"
     } else {
@@ -172,7 +172,7 @@ fn record_of(run_id: &str, outcome: &Outcome) -> crate::records::RunRecord {
 }
 
 /// The refusal for a caller `auth` does not admit, if any.
-fn refusal(auth: &OutcomesAuth, headers: &HeaderMap) -> Option<Response> {
+pub(super) fn refusal(auth: &OutcomesAuth, headers: &HeaderMap) -> Option<Response> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -97,6 +97,7 @@ pub async fn neural_inputs(
                 .map(|w| vector_of(w))
                 .collect::<Result<Vec<_>, _>>()
         }),
+        budget: None,
     }
 }
 

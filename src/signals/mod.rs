@@ -3,6 +3,7 @@
 //! and never perform I/O.
 
 mod authz;
+mod budget;
 mod classifier;
 mod conversation;
 pub mod deobfuscate;
@@ -21,6 +22,7 @@ mod projection;
 pub mod text;
 
 pub use authz::{AuthzSignal, RolesSource};
+pub use budget::BudgetSignal;
 pub use classifier::{ClassifierSignal, ABSTAIN};
 pub use conversation::{estimate_tokens, ConversationSignal, TokenRange};
 pub use embedding::{Aggregate, EmbeddingSignal, OnError};
@@ -52,6 +54,9 @@ pub struct Neural {
     /// Embeddings of the overlapping windows of user and tool text, when a jailbreak signal
     /// reads them.
     pub windows: Option<Windows>,
+    /// The share the request's tenant has left of its tightest budget, when tenants are
+    /// configured and the tenant has a windowed limit.
+    pub budget: Option<f64>,
 }
 
 /// Which models a set of signals reads; each is run at most once per request.
@@ -125,6 +130,8 @@ pub enum SignalKind {
     Pii(PiiSignal),
     /// A request-header predicate.
     Metadata(MetadataSignal),
+    /// The share the tenant has left of its tightest budget.
+    Budget(BudgetSignal),
     /// One output of a projection over earlier signals (`difficulty.hard`).
     Projection(ProjectionOutput),
 }
@@ -153,6 +160,7 @@ impl SignalKind {
             Self::Jailbreak(_) => "jailbreak",
             Self::Pii(_) => "pii",
             Self::Metadata(_) => "metadata",
+            Self::Budget(_) => "budget",
             Self::Projection(_) => "projection",
         }
     }
@@ -191,6 +199,7 @@ impl SignalKind {
             | Self::Pii(_)
             | Self::Jailbreak(_)
             | Self::Metadata(_)
+            | Self::Budget(_)
             | Self::Projection(_) => None,
         }
     }
@@ -288,6 +297,7 @@ impl Signal {
             SignalKind::Jailbreak(signal) => signal.evaluate(request, neural.windows.as_ref()),
             SignalKind::Pii(signal) => signal.evaluate(request, neural.entities.as_ref()),
             SignalKind::Metadata(signal) => signal.evaluate(headers),
+            SignalKind::Budget(signal) => signal.evaluate(neural.budget),
             SignalKind::Projection(ProjectionOutput { projection, output }) => {
                 let outcome = projection.evaluate(earlier);
                 Evidence {

@@ -295,6 +295,21 @@ impl StateStore {
         }
     }
 
+    /// A tenant's bucket now (what is left, when it is full again), or for a concurrency limit
+    /// (`window` none) the requests in flight as `remaining`: read from Redis when state is
+    /// shared (this process's copy when Redis does not answer).
+    pub async fn budget(&self, key: &str, capacity: f64, window: Option<Duration>) -> f64 {
+        if let Some(tier) = &self.redis {
+            if let Some(value) = tier.peek(key, capacity, window).await {
+                return value.max(0.0);
+            }
+        }
+        match window {
+            Some(window) => self.budgets.level(key, capacity, window).remaining,
+            None => f64::from(self.budgets.in_flight(key)),
+        }
+    }
+
     /// Adds `delta` to a tenant's bucket (a refund, or a charge when negative): in Redis, off
     /// the request path, when state is shared, else in this process.
     pub fn adjust_budget(&self, key: &str, capacity: f64, window: Duration, delta: f64) {

@@ -78,6 +78,10 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
             )?;
             (name, SignalKind::Keyword(signal))
         }
+        RawSignal::Budget { name, below } => (
+            name,
+            SignalKind::Budget(crate::signals::BudgetSignal::new(*below).map_err(one)?),
+        ),
         RawSignal::ContextLength {
             name,
             min_tokens,
@@ -312,6 +316,7 @@ pub(super) fn signal_name(raw: &RawSignal) -> &str {
     match raw {
         RawSignal::Keyword { name, .. }
         | RawSignal::ContextLength { name, .. }
+        | RawSignal::Budget { name, .. }
         | RawSignal::Conversation { name, .. }
         | RawSignal::Language { name, .. }
         | RawSignal::Authz { name, .. }

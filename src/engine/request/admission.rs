@@ -38,6 +38,9 @@ pub struct Admission {
     pub costs: Vec<Drawn>,
     /// The `x-ratelimit-*` headers, OpenAI's names.
     pub headers: Vec<(&'static str, String)>,
+    /// The share left of the tightest windowed limit after this request's draw (what the
+    /// `budget` signal reads); `None` without one.
+    pub share: Option<f64>,
     /// mom-router asked the streamed answer for its usage: the client, who did not, does not
     /// get the usage chunk.
     pub strip_usage: bool,
@@ -133,12 +136,19 @@ pub async fn admit(
         drawn(LimitKind::CostPerDay),
     );
     let strip_usage = !(tokens.is_empty() && costs.is_empty()) && request.ask_for_usage();
+    let share = limits
+        .iter()
+        .zip(&levels)
+        .filter(|(limit, _)| limit.kind.window().is_some())
+        .map(|(limit, level)| level.remaining / limit.amount)
+        .min_by(f64::total_cmp);
     Ok(Some(Admission {
         tenant: tenant.name.clone(),
         tokens,
         reserved: estimate,
         costs,
         headers: ratelimit_headers(&limits, &levels),
+        share,
         strip_usage,
         _slots: Arc::new(slots),
     }))

@@ -35,7 +35,13 @@ pub(in crate::engine) async fn route_chat(
     };
     match admission {
         Ok(admission) => {
-            let mut routed = route_request(snapshot, services, headers, body, request, depth).await;
+            let budget = admission.as_ref().and_then(|a| a.share);
+            let parsed = Parsed {
+                request,
+                depth,
+                budget,
+            };
+            let mut routed = route_request(snapshot, services, headers, body, parsed).await;
             routed.trace.tenant = admission.as_ref().map(|a| a.tenant.clone());
             routed.trace.admission = admission;
             routed
@@ -53,6 +59,15 @@ pub(in crate::engine) async fn route_chat(
     }
 }
 
+/// A parsed chat request with what admission learned of it.
+struct Parsed {
+    request: ChatRequest,
+    /// How deep a sub-request it is (0: a client's).
+    depth: u32,
+    /// The share its tenant has left of its tightest budget, for the `budget` signal.
+    budget: Option<f64>,
+}
+
 /// Routes a parsed chat request: an identity's through its signals, decision and selection, a
 /// concrete model's as it is; any other name is refused.
 async fn route_request(
@@ -60,13 +75,18 @@ async fn route_request(
     services: &Services,
     headers: &Headers,
     body: &[u8],
-    request: ChatRequest,
-    depth: u32,
+    parsed: Parsed,
 ) -> Routed {
+    let Parsed {
+        request,
+        depth,
+        budget,
+    } = parsed;
     let state = services.state.as_ref();
     if let Some(identity) = snapshot.identity(&request.model) {
         let deadlines = services.model_deadlines;
-        let neural = neural_inputs(snapshot, identity.needs, &request, deadlines).await;
+        let mut neural = neural_inputs(snapshot, identity.needs, &request, deadlines).await;
+        neural.budget = budget;
         let context = Context {
             snapshot,
             state,

@@ -84,6 +84,17 @@ redis.call('PEXPIRE', KEYS[1], 2 * win)
 return 1
 ";
 
+/// KEYS[1]: a bucket; ARGV: capacity, window in ms. Its level now, refilled, without a draw.
+const PEEK: &str = r"
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local cap = tonumber(ARGV[1])
+local saved = redis.call('HMGET', KEYS[1], 'l', 't')
+local level = tonumber(saved[1]) or cap
+local at = tonumber(saved[2]) or now
+return tostring(math.min(cap, level + math.max(0, now - at) * cap / tonumber(ARGV[2])))
+";
+
 /// Ends one request in flight, never below zero (the count may have expired meanwhile).
 const RELEASE: &str = r"
 for i = 1, #KEYS do
@@ -96,6 +107,7 @@ return 1
 static ADMIT_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ADMIT));
 static ADJUST_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ADJUST));
 static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
+static PEEK_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PEEK));
 
 /// A Redis reply value as a number (the script returns levels as strings, counts as integers).
 fn number(value: &redis::Value) -> Option<f64> {
@@ -188,6 +200,43 @@ impl RedisTier {
         }
         let mut connection = self.connection.clone();
         invocation.invoke_async::<()>(&mut connection).await
+    }
+
+    /// A shared bucket's level now, or requests in flight under a concurrency limit; `None`
+    /// when Redis did not answer in time.
+    pub(in crate::state) async fn peek(
+        &self,
+        key: &str,
+        capacity: f64,
+        window: Option<Duration>,
+    ) -> Option<f64> {
+        let mut connection = self.connection.clone();
+        let read = async {
+            match window {
+                Some(window) => {
+                    PEEK_SCRIPT
+                        .key(self.key(&format!("budget:{key}")))
+                        .arg(capacity)
+                        .arg(window.as_millis().max(1) as u64)
+                        .invoke_async::<redis::Value>(&mut connection)
+                        .await
+                }
+                None => {
+                    redis::cmd("GET")
+                        .arg(self.key(&format!("inflight:{key}")))
+                        .query_async::<redis::Value>(&mut connection)
+                        .await
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, read).await {
+            Ok(Ok(redis::Value::Nil)) => Some(0.0),
+            Ok(Ok(value)) => number(&value),
+            _ => {
+                self.fell_back("budget");
+                None
+            }
+        }
     }
 
     /// The queue's sender, for a release made when a request ends.
