@@ -2,6 +2,10 @@
 //! several targets in interleaved rounds and prints p50/p99 latency per target and concurrency.
 //!
 //! `cargo run --release --example loadgen -- COUNT CONCURRENCY NAME=URL[|HEADER:VALUE]...`
+//!
+//! With `LOADGEN_FLOOR=NAME`, each target's latency added over the first target is also given
+//! as a ratio to what target NAME adds (the floor). Any failed request stops the run with an
+//! error and no figure: a ratio is never reported over errors.
 
 use anyhow::{bail, Context};
 use std::io::Write;
@@ -107,22 +111,46 @@ async fn main() -> anyhow::Result<()> {
             samples[i].extend(run(&client, target, &body, count / ROUNDS, concurrency).await?);
         }
     }
+    let floor_name = std::env::var("LOADGEN_FLOOR").ok();
+    let mut figures = Vec::with_capacity(targets.len());
+    for mut latencies in samples {
+        latencies.sort();
+        figures.push((
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            latencies.len(),
+        ));
+    }
+    let floor_added = floor_name.as_deref().and_then(|name| {
+        let at = targets.iter().position(|t| t.name == name)?;
+        Some((figures[at].0 - figures[0].0, figures[at].1 - figures[0].1))
+    });
+    if floor_name.is_some() && floor_added.is_none() {
+        bail!("LOADGEN_FLOOR names no target");
+    }
     let mut baseline: Option<(f64, f64)> = None;
     let mut previous: Option<(f64, f64)> = None;
-    for (target, mut latencies) in targets.iter().zip(samples) {
-        latencies.sort();
-        let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+    for (target, (p50, p99, n)) in targets.iter().zip(figures) {
         let vs_previous = previous
             .map(|(a, b)| format!("  +{:.3}/+{:.3} ms vs previous", p50 - a, p99 - b))
             .unwrap_or_default();
         let ratio = baseline
             .map(|(a, b)| format!("  ×{:.2}/×{:.2} of first", p50 / a, p99 / b))
             .unwrap_or_default();
+        let to_floor = match (baseline, floor_added) {
+            (Some((a, b)), Some((fa, fb))) => format!(
+                "  added +{:.3}/+{:.3} ms = x{:.2}/x{:.2} the floor's",
+                p50 - a,
+                p99 - b,
+                (p50 - a) / fa,
+                (p99 - b) / fb
+            ),
+            _ => String::new(),
+        };
         writeln!(
             std::io::stdout().lock(),
-            "c={concurrency:<3} {:<22} n={:<6} p50 {p50:7.3} ms  p99 {p99:7.3} ms{ratio}{vs_previous}",
+            "c={concurrency:<3} {:<22} n={n:<6} p50 {p50:7.3} ms  p99 {p99:7.3} ms{ratio}{vs_previous}{to_floor}",
             target.name,
-            latencies.len()
         )?;
         baseline.get_or_insert((p50, p99));
         previous = Some((p50, p99));

@@ -6,6 +6,9 @@
 #
 #   ./scripts/load.sh [COUNT]     (default 5000 requests per target and concurrency)
 #   ENVOY_CONFIG=…, MOM_CONFIG=… (a policy), MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
+#   FLOOR=1 adds the mechanism's floor: a no-op ext_proc server (benches/noop_extproc.rs) behind a
+#   second Envoy from the same configuration (ports moved by 100; admin 9911, ext_proc 50061),
+#   and reports mom-router's added latency and CPU per request as ratios to it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -13,7 +16,7 @@ COUNT=${1:-5000}
 
 export CARGO_TARGET_DIR="$(default_target_dir)"
 install_envoy
-cargo build --release --quiet --bin mom-router --example fake_openai --example loadgen
+cargo build --release --quiet --bin mom-router --example fake_openai --example loadgen --example noop_extproc
 BIN="$CARGO_TARGET_DIR/release"
 RUN="$MOM_CACHE/load"
 mkdir -p "$RUN"
@@ -30,7 +33,24 @@ PIDS+=($ROUTER)
   >/dev/null 2>"$RUN/envoy.log" &
 ENVOY=$!
 PIDS+=($ENVOY)
-for url in http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready http://127.0.0.1:8101/health; do
+READY=(http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready http://127.0.0.1:8101/health)
+FLOOR_TARGET=()
+if [ "${FLOOR:-0}" = 1 ]; then
+  "$BIN/examples/noop_extproc" 127.0.0.1:50061 smollm2-135m 2>"$RUN/noop.log" &
+  NOOP=$!
+  PIDS+=($NOOP)
+  sed -e 's/port_value: 10000/port_value: 10100/; s/port_value: 10001/port_value: 10101/' \
+      -e 's/port_value: 9901/port_value: 9911/; s/port_value: 50051/port_value: 50061/' \
+      "${ENVOY_CONFIG:-envoy/quickstart.yaml}" >"$RUN/envoy-floor.yaml"
+  "$MOM_ENVOY_BIN" -c "$RUN/envoy-floor.yaml" --disable-hot-restart --concurrency 1 -l error \
+    >/dev/null 2>"$RUN/envoy-floor.log" &
+  FLOOR_ENVOY=$!
+  PIDS+=($FLOOR_ENVOY)
+  READY+=(http://127.0.0.1:9911/ready)
+  FLOOR_TARGET=("envoy+noop-ext_proc=http://127.0.0.1:10100/v1/chat/completions")
+  export LOADGEN_FLOOR=envoy+noop-ext_proc
+fi
+for url in "${READY[@]}"; do
   for _ in $(seq 1 100); do curl -sf -o /dev/null "$url" && break; sleep 0.1; done
 done
 
@@ -43,6 +63,7 @@ for concurrency in 1 16; do
   "$BIN/examples/loadgen" "$COUNT" "$concurrency" \
     "direct=http://127.0.0.1:8101/v1/chat/completions" \
     "envoy=http://127.0.0.1:10001/v1/chat/completions|x-selected-model:smollm2-135m" \
+    "${FLOOR_TARGET[@]}" \
     "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions"
 done
 
@@ -52,4 +73,12 @@ router_before=$(cpu_ms $ROUTER); envoy_before=$(cpu_ms $ENVOY)
 router_cpu=$(( $(cpu_ms $ROUTER) - router_before )); envoy_cpu=$(( $(cpu_ms $ENVOY) - envoy_before ))
 total=$(( COUNT + 16 * 20 ))
 say "CPU per request through envoy+mom-router: mom-router $(( router_cpu * 1000 / total )) µs, Envoy $(( envoy_cpu * 1000 / total )) µs"
+if [ "${FLOOR:-0}" = 1 ]; then
+  noop_before=$(cpu_ms $NOOP); floor_envoy_before=$(cpu_ms $FLOOR_ENVOY)
+  "$BIN/examples/loadgen" "$COUNT" 16 "${FLOOR_TARGET[0]}" >/dev/null
+  noop_cpu=$(( $(cpu_ms $NOOP) - noop_before )); floor_envoy_cpu=$(( $(cpu_ms $FLOOR_ENVOY) - floor_envoy_before ))
+  say "CPU per request through envoy+noop-ext_proc: the no-op server $(( noop_cpu * 1000 / total )) µs, its Envoy $(( floor_envoy_cpu * 1000 / total )) µs"
+  awk -v r="$router_cpu" -v n="$noop_cpu" -v e="$envoy_cpu" -v f="$floor_envoy_cpu" 'BEGIN {
+    if (n > 0 && f > 0) printf "==> CPU ratio to the floor at c=16: mom-router x%.2f of the no-op server, its Envoy x%.2f\n", r / n, e / f }'
+fi
 say "mom-router memory: $(grep -E 'VmRSS|VmHWM' /proc/$ROUTER/status | tr -s ' \n' ' ')"

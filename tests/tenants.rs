@@ -105,6 +105,12 @@ async fn a_tenant_past_its_tokens_is_refused_before_any_model_is_called_and_anot
     assert_eq!(seen, i, "the refused request reached no model");
     let retry_after = number(&response, "retry-after");
     assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(number(&response, "x-ratelimit-remaining-tokens"), 0);
+    assert_eq!(number(&response, "x-ratelimit-limit-tokens"), 40);
+    assert_eq!(
+        header(&response, "x-ratelimit-reset-tokens"),
+        format!("{retry_after}s")
+    );
     assert_eq!(header(&response, "x-mom-tenant"), "small");
     let marker = format!("small-{i}");
     let error: Value = response.json().await.unwrap();
@@ -324,4 +330,66 @@ tenants:
     // out and its requests go to the cheaper model.
     assert_eq!(models[0], "qwen2.5-coder-0.5b", "{models:?}");
     assert_eq!(models[4], "smollm2-135m", "{models:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_messages_client_is_known_by_its_x_api_key_and_refused_in_its_own_shape() {
+    let stack = Stack::start_with_config(&policy()).await;
+    let body = serde_json::json!({"model": "mom/auto", "max_tokens": 32,
+        "messages": [{"role": "user", "content": "hello there"}]});
+    let send = |key: &'static str, marker: &'static str| {
+        stack
+            .client
+            .post(stack.url("/v1/messages", marker))
+            .header("content-type", "application/json")
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01")
+            .body(body.to_string())
+            .send()
+    };
+    let served = send(LARGE_KEY, "messages-large").await.unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(header(&served, "x-mom-tenant"), "large");
+    let refused = send("sk-not-a-tenant", "messages-unknown").await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["type"], "authentication_error", "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_day_of_cost_is_spent_is_refused_until_it_refills() {
+    let policy = format!(
+        r#"
+version: cost-test
+models:
+  - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct, pricing: {{ inputPerMillion: 1, outputPerMillion: 1 }} }}
+identities:
+  - {{ name: mom/auto, defaultModel: smollm2-135m }}
+tenants:
+  identifyBy: apiKey
+  list:
+    - name: small
+      apiKeys: {{ sha256: ["{}"] }}
+      limits:
+        - {{ costPerDay: 0.00001 }}
+"#,
+        digest(SMALL_KEY)
+    );
+    let stack = Stack::start_with_config(&policy).await;
+    // The first answer (12 tokens at 1 a million) costs 0.000012: more than the day's budget.
+    let first = chat(&stack, Some(SMALL_KEY), "cost-0").await;
+    assert_eq!(first.status(), 200);
+    let _ = first.bytes().await.unwrap();
+    let second = chat(&stack, Some(SMALL_KEY), "cost-1").await;
+    assert_eq!(second.status(), 429);
+    // Back above zero after 0.000002 of a 0.00001-a-day refill: about 4.8 hours.
+    let retry_after = number(&second, "retry-after");
+    assert!((17_000..=17_600).contains(&retry_after), "{retry_after}");
+    let error: Value = second.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "insufficient_quota", "{error}");
+    assert_eq!(stack.requests_seen(), 1);
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    let cost = counter(&metrics, r#"mom_tenant_cost_total{tenant="small"}"#);
+    assert!((cost - 0.000012).abs() < 1e-9, "{cost}");
 }

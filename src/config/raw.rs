@@ -294,14 +294,6 @@ pub enum RawSignal {
         #[serde(default)]
         scope: RawScope,
     },
-    /// The share the request's tenant has left of its tightest budget (`tenants`).
-    #[serde(rename_all = "camelCase")]
-    Budget {
-        /// Signal name.
-        name: String,
-        /// Matches while the share left is below this, in (0, 1].
-        below: f64,
-    },
     /// Estimated prompt length in tokens (about four characters per token).
     #[serde(rename_all = "camelCase")]
     ContextLength {
@@ -422,6 +414,14 @@ pub enum RawSignal {
         pattern: Option<String>,
         /// Matches when the header is present (true) or absent (false).
         present: Option<bool>,
+    },
+    /// The share the request's tenant has left of its tightest budget (`tenants`).
+    #[serde(rename_all = "camelCase")]
+    Budget {
+        /// Signal name.
+        name: String,
+        /// Matches while the share left is below this, in (0, 1].
+        below: f64,
     },
 }
 

@@ -267,6 +267,27 @@ impl RouteError {
         {
             headers.push(("retry-after".to_owned(), retry_after_s.to_string()));
         }
+        if let Self::RateLimited {
+            limit,
+            amount,
+            retry_after_s,
+            ..
+        } = self
+        {
+            // The limit that refused, in OpenAI's headers: nothing left until it resets.
+            let family = match *limit {
+                "tokensPerMinute" => Some("tokens"),
+                "requestsPerMinute" => Some("requests"),
+                _ => None,
+            };
+            if let Some(family) = family {
+                headers.push((format!("x-ratelimit-limit-{family}"), amount.clone()));
+                headers.push((format!("x-ratelimit-remaining-{family}"), "0".to_owned()));
+                if let Some(seconds) = retry_after_s {
+                    headers.push((format!("x-ratelimit-reset-{family}"), format!("{seconds}s")));
+                }
+            }
+        }
         if let Self::BudgetsUnavailable { .. } = self {
             headers.push(("retry-after".to_owned(), "1".to_owned()));
         }

@@ -18,6 +18,8 @@ enum Mode<'a> {
     Unix(&'a str, &'a Path),
     /// No sidecar; Envoy's config edited by the pairs.
     Down(&'a [(&'a str, &'a str)]),
+    /// Another ext_proc server, listening on this port.
+    External(u16),
 }
 
 /// Everything a request passes through.
@@ -62,6 +64,11 @@ impl Stack {
     /// streams between them round robin.
     pub async fn start_replicas(config: &str) -> Self {
         Self::start_mode(Mode::Replicas(config), None).await
+    }
+
+    /// Envoy and backends with another ext_proc server in the sidecar's place, on `port`.
+    pub async fn start_with_processor(port: u16) -> Self {
+        Self::start_mode(Mode::External(port), None).await
     }
 
     /// Envoy and backends with no sidecar listening.
@@ -162,6 +169,10 @@ impl Stack {
                     Some(sidecar),
                     Envoy::start_edited(ports, &[(tcp, pipe.as_str())]).await,
                 )
+            }
+            Mode::External(port) => {
+                ports.insert(envoy::SIDECAR, port);
+                (None, Envoy::start(ports).await)
             }
             Mode::Down(edits) => {
                 // The sidecar's port stays ours for the test (no other test's sidecar can take

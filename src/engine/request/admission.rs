@@ -250,8 +250,67 @@ fn duration_text(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::duration_text;
+    use super::{duration_text, identify};
+    use crate::config::compile_str;
+    use crate::engine::RouteError;
+    use crate::llm::Headers;
     use std::time::Duration;
+
+    fn tenants(source: &str, default: &str) -> crate::config::Snapshot {
+        compile_str(&format!(
+            "models: [{{ name: m, providerModel: m }}]\nidentities: [{{ name: mom/auto, defaultModel: m }}]\n\
+             tenants:\n  {source}\n  {default}\n  list: [{{ name: alpha }}, {{ name: guests }}]\n"
+        ))
+        .unwrap()
+    }
+
+    fn header(name: &str, value: &str) -> Headers {
+        Headers::new([(name.to_owned(), value.to_owned())])
+    }
+
+    #[test]
+    fn a_trusted_header_names_the_tenant_and_the_default_pays_for_the_rest() {
+        let snapshot = tenants(
+            "identifyBy: header\n  header: X-Tenant",
+            "defaultTenant: guests",
+        );
+        let tenants = snapshot.tenants.as_deref().unwrap();
+        let name = |headers: &Headers| {
+            tenants.list[identify(tenants, headers).unwrap()]
+                .name
+                .clone()
+        };
+        assert_eq!(name(&header("x-tenant", "alpha")), "alpha");
+        assert_eq!(name(&header("x-tenant", "mallory")), "guests");
+        assert_eq!(name(&Headers::default()), "guests");
+    }
+
+    #[test]
+    fn a_verified_claim_names_the_tenant_and_without_a_default_the_rest_get_401() {
+        let snapshot = tenants(
+            "identifyBy: claim\n  claim: { namespace: envoy.filters.http.jwt_authn, path: [jwt_payload, sub] }",
+            "",
+        );
+        let tenants = snapshot.tenants.as_deref().unwrap();
+        let serde_json::Value::Object(metadata) = serde_json::json!({
+            "envoy.filters.http.jwt_authn": {"jwt_payload": {"sub": "alpha"}}
+        }) else {
+            unreachable!("an object literal")
+        };
+        let verified = Headers::default().with_metadata(metadata);
+        assert_eq!(
+            tenants.list[identify(tenants, &verified).unwrap()].name,
+            "alpha"
+        );
+        // A header a client wrote is not a verified claim.
+        let unverified = header("sub", "alpha");
+        match identify(tenants, &unverified) {
+            Err(RouteError::Unauthenticated { reason }) => {
+                assert_eq!(reason, "no verified claim jwt_payload.sub");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn reset_times_read_as_openai_writes_them() {

@@ -1,0 +1,76 @@
+//! The benchmarks' floor, `benches/noop_extproc.rs`, is a real ext_proc server: it answers every
+//! phase Envoy can send with the phase's own reply, and behind a real Envoy a chat request is
+//! routed on the model it names and answered by that model's backend.
+#![allow(
+    clippy::unwrap_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+#[path = "../benches/noop_extproc.rs"]
+mod noop;
+
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::HeaderSendMode;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request, processing_response::Response, HttpBody, HttpHeaders, HttpTrailers,
+};
+use support::stack::{ask, Stack};
+
+#[test]
+fn every_phase_gets_its_own_reply() {
+    let phases = [
+        Request::RequestHeaders(HttpHeaders::default()),
+        Request::RequestBody(HttpBody::default()),
+        Request::RequestTrailers(HttpTrailers::default()),
+        Request::ResponseHeaders(HttpHeaders::default()),
+        Request::ResponseBody(HttpBody::default()),
+        Request::ResponseTrailers(HttpTrailers::default()),
+    ];
+    for phase in phases {
+        let name = format!("{phase:?}");
+        let answered = match (&phase, noop::reply(phase.clone(), "m")) {
+            (Request::RequestHeaders(_), Response::RequestHeaders(_))
+            | (Request::RequestTrailers(_), Response::RequestTrailers(_))
+            | (Request::ResponseHeaders(_), Response::ResponseHeaders(_))
+            | (Request::ResponseBody(_), Response::ResponseBody(_))
+            | (Request::ResponseTrailers(_), Response::ResponseTrailers(_)) => true,
+            (Request::RequestBody(_), Response::RequestBody(body)) => {
+                let common = body.response.unwrap();
+                let set = &common.header_mutation.unwrap().set_headers[0];
+                let header = set.header.as_ref().unwrap();
+                common.clear_route_cache
+                    && header.key == "x-selected-model"
+                    && header.raw_value == b"m"
+            }
+            _ => false,
+        };
+        assert!(answered, "{name}");
+    }
+    let mode = noop::request_only();
+    let skip = HeaderSendMode::Skip as i32;
+    assert_eq!(
+        mode.response_header_mode, skip,
+        "response headers skipped: {mode:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_envoy_a_request_reaches_the_model_the_floor_names() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move { noop::serve(listener, "qwen2.5-coder-0.5b").await });
+    let stack = Stack::start_with_processor(port).await;
+    let response = stack.chat(&ask("hello"), "floor").await;
+    assert_eq!(response.status(), 200);
+    let _ = response.bytes().await.unwrap();
+    let coder = stack.backends["qwen2.5-coder-0.5b"]
+        .seen
+        .lock()
+        .unwrap()
+        .len();
+    assert_eq!(coder, 1, "routed on the model the floor set");
+    assert_eq!(stack.requests_seen(), 1);
+    server.abort();
+}
