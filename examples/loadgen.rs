@@ -111,7 +111,9 @@ async fn main() -> anyhow::Result<()> {
             samples[i].extend(run(&client, target, &body, count / ROUNDS, concurrency).await?);
         }
     }
-    let floor_name = std::env::var("LOADGEN_FLOOR").ok();
+    let floor_name = std::env::var("LOADGEN_FLOOR")
+        .ok()
+        .filter(|name| !name.is_empty());
     let mut figures = Vec::with_capacity(targets.len());
     for mut latencies in samples {
         latencies.sort();

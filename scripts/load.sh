@@ -6,6 +6,7 @@
 #
 #   ./scripts/load.sh [COUNT]     (default 5000 requests per target and concurrency)
 #   ENVOY_CONFIG=…, MOM_CONFIG=… (a policy), MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
+#   MOM_BIN=path runs that mom-router binary instead of this checkout's (another commit's build)
 #   FLOOR=1 adds the mechanism's floor: a no-op ext_proc server (benches/noop_extproc.rs) behind a
 #   second Envoy from the same configuration (ports moved by 100; admin 9911, ext_proc 50061),
 #   and reports mom-router's added latency and CPU per request as ratios to it.
@@ -26,7 +27,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 start_fake_backends "$RUN"
-"$BIN/mom-router" serve --config "${MOM_CONFIG:-examples/rules/config.yaml}" ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
+"${MOM_BIN:-$BIN/mom-router}" serve --config "${MOM_CONFIG:-examples/rules/config.yaml}" ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
 ROUTER=$!
 PIDS+=($ROUTER)
 "$MOM_ENVOY_BIN" -c "${ENVOY_CONFIG:-envoy/quickstart.yaml}" --disable-hot-restart --concurrency 1 -l error \
@@ -48,7 +49,6 @@ if [ "${FLOOR:-0}" = 1 ]; then
   PIDS+=($FLOOR_ENVOY)
   READY+=(http://127.0.0.1:9911/ready)
   FLOOR_TARGET=("envoy+noop-ext_proc=http://127.0.0.1:10100/v1/chat/completions")
-  export LOADGEN_FLOOR=envoy+noop-ext_proc
 fi
 for url in "${READY[@]}"; do
   for _ in $(seq 1 100); do curl -sf -o /dev/null "$url" && break; sleep 0.1; done
@@ -60,7 +60,7 @@ cpu_ms() { # PID: user+system CPU time so far, in ms
 
 say "$COUNT requests per target; Envoy --concurrency 1; $(nproc) cores"
 for concurrency in 1 16; do
-  "$BIN/examples/loadgen" "$COUNT" "$concurrency" \
+  LOADGEN_FLOOR="${FLOOR_TARGET:+envoy+noop-ext_proc}" "$BIN/examples/loadgen" "$COUNT" "$concurrency" \
     "direct=http://127.0.0.1:8101/v1/chat/completions" \
     "envoy=http://127.0.0.1:10001/v1/chat/completions|x-selected-model:smollm2-135m" \
     "${FLOOR_TARGET[@]}" \
