@@ -103,6 +103,14 @@ async fn a_tenant_past_its_tokens_is_refused_before_any_model_is_called_and_anot
     );
     let seen = stack.requests_seen();
     assert_eq!(seen, i, "the refused request reached no model");
+    let sent = stack.backends["smollm2-135m"].seen.lock().unwrap().clone();
+    for request in &sent {
+        let names: Vec<&str> = request.headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(
+            !names.contains(&"authorization") && !names.contains(&"x-api-key"),
+            "a tenant's key reached a model: {names:?}"
+        );
+    }
     let retry_after = number(&response, "retry-after");
     assert!((1..=60).contains(&retry_after), "{retry_after}");
     assert_eq!(number(&response, "x-ratelimit-remaining-tokens"), 0);

@@ -42,6 +42,15 @@ pub(in crate::engine) async fn route_chat(
                 budget,
             };
             let mut routed = route_request(snapshot, services, headers, body, parsed).await;
+            let by_key = snapshot
+                .tenants
+                .as_ref()
+                .is_some_and(|t| t.source == crate::config::tenants::TenantSource::ApiKey);
+            if let (true, crate::engine::Action::Forward(forward)) = (by_key, &mut routed.action) {
+                // The key names the tenant to mom-router; no model server is given it.
+                let remove = &mut forward.headers.remove;
+                remove.extend(["authorization", "x-api-key"].map(str::to_owned));
+            }
             routed.trace.tenant = admission.as_ref().map(|a| a.tenant.clone());
             routed.trace.admission = admission;
             routed
