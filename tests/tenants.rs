@@ -57,6 +57,14 @@ tenants:
     )
 }
 
+/// The `tenants` section of a policy: tenant `small`, known by [`SMALL_KEY`], with one limit.
+fn small_tenant(limit: &str) -> String {
+    format!(
+        "tenants:\n  identifyBy: apiKey\n  list:\n    - name: small\n      apiKeys: {{ sha256: [\"{}\"] }}\n      limits: [{limit}]\n",
+        digest(SMALL_KEY)
+    )
+}
+
 /// Posts a chat body through Envoy with `key` (none when `None`).
 async fn chat(stack: &Stack, key: Option<&str>, marker: &str) -> reqwest::Response {
     let mut request = stack
@@ -311,15 +319,8 @@ decisions:
   - name: thrifty
     rules: {{ signal: running_out }}
     modelRefs: [{{ model: smollm2-135m }}]
-tenants:
-  identifyBy: apiKey
-  list:
-    - name: small
-      apiKeys: {{ sha256: ["{}"] }}
-      limits:
-        - {{ tokensPerMinute: 100 }}
-"#,
-        digest(SMALL_KEY)
+{}"#,
+        small_tenant("{ tokensPerMinute: 100 }")
     );
     let stack = Stack::start_with_config(&policy).await;
     let mut models = Vec::new();
@@ -374,15 +375,8 @@ models:
   - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct, pricing: {{ inputPerMillion: 1, outputPerMillion: 1 }} }}
 identities:
   - {{ name: mom/auto, defaultModel: smollm2-135m }}
-tenants:
-  identifyBy: apiKey
-  list:
-    - name: small
-      apiKeys: {{ sha256: ["{}"] }}
-      limits:
-        - {{ costPerDay: 0.00001 }}
-"#,
-        digest(SMALL_KEY)
+{}"#,
+        small_tenant("{ costPerDay: 0.00001 }")
     );
     let stack = Stack::start_with_config(&policy).await;
     // The first answer (12 tokens at 1 a million) costs 0.000012: more than the day's budget.
@@ -400,4 +394,33 @@ tenants:
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
     let cost = counter(&metrics, r#"mom_tenant_cost_total{tenant="small"}"#);
     assert!((cost - 0.000012).abs() < 1e-9, "{cost}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_served_after_a_failover_is_charged_what_the_answering_model_used() {
+    let policy = format!(
+        r#"
+version: failover-charge-test
+server:
+  maxBodyBytes: 1048576
+models:
+  - {{ name: qwen2.5-coder-0.5b, providerModel: Qwen2.5-Coder-0.5B-Instruct }}
+  - {{ name: smollm2-135m, providerModel: SmolLM2-135M-Instruct }}
+identities:
+  - {{ name: mom/auto, defaultModel: qwen2.5-coder-0.5b, failover: {{ maxAttempts: 2 }} }}
+{}"#,
+        small_tenant("{ tokensPerMinute: 1000 }")
+    );
+    let stack = Stack::start_with_config(&policy).await;
+    let coder = &stack.backends["qwen2.5-coder-0.5b"];
+    coder.fail_status.store(503, Ordering::Relaxed);
+    let response = chat(&stack, Some(SMALL_KEY), "failed-over").await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-mom-model"), "smollm2-135m");
+    assert!(header(&response, "x-mom-fallback").contains("503"));
+    let _ = response.bytes().await.unwrap();
+    let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
+    // The fallback reported 5 prompt and 7 completion tokens; the failed call used none.
+    let tokens = counter(&metrics, r#"mom_tenant_tokens_total{tenant="small"}"#);
+    assert_eq!(tokens, 12.0);
 }

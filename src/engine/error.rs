@@ -2,6 +2,7 @@
 //! OpenAI error type and code, and whose fault it is.
 
 use super::Reply;
+use crate::config::tenants::LimitKind;
 use crate::llm::error_body::openai_error;
 use crate::llm::RequestError;
 
@@ -137,12 +138,12 @@ pub enum RouteError {
         reason: String,
     },
     /// A tenant's limit has nothing left for this request.
-    #[error("{}", rate_limited(tenant, limit, amount, scope.as_deref(), *needed, *retry_after_s))]
+    #[error("{}", rate_limited(tenant, limit.name(), amount, scope.as_deref(), *needed, *retry_after_s))]
     RateLimited {
         /// The tenant.
         tenant: String,
-        /// The limit (`tokensPerMinute`, …).
-        limit: &'static str,
+        /// What the limit counts.
+        limit: LimitKind,
         /// Its amount, as written.
         amount: String,
         /// The model or identity it is narrowed to.
@@ -192,7 +193,7 @@ impl RouteError {
             Self::Unauthenticated { .. } => "invalid_api_key",
             Self::BudgetsUnavailable { .. } => "budgets_unavailable",
             Self::RateLimited {
-                limit: "costPerDay",
+                limit: LimitKind::CostPerDay,
                 ..
             } => "insufficient_quota",
             Self::RateLimited { .. } => "rate_limit_exceeded",
@@ -248,10 +249,10 @@ impl RouteError {
             Self::Unauthenticated { .. } => (401, "invalid_request_error"),
             Self::RateLimited { limit, .. } => (
                 429,
-                match *limit {
-                    "tokensPerMinute" => "tokens",
-                    "costPerDay" => "insufficient_quota",
-                    _ => "requests",
+                match limit {
+                    LimitKind::TokensPerMinute => "tokens",
+                    LimitKind::CostPerDay => "insufficient_quota",
+                    LimitKind::RequestsPerMinute | LimitKind::ConcurrentRequests => "requests",
                 },
             ),
         };
@@ -275,10 +276,10 @@ impl RouteError {
         } = self
         {
             // The limit that refused, in OpenAI's headers: nothing left until it resets.
-            let family = match *limit {
-                "tokensPerMinute" => Some("tokens"),
-                "requestsPerMinute" => Some("requests"),
-                _ => None,
+            let family = match limit {
+                LimitKind::TokensPerMinute => Some("tokens"),
+                LimitKind::RequestsPerMinute => Some("requests"),
+                LimitKind::CostPerDay | LimitKind::ConcurrentRequests => None,
             };
             if let Some(family) = family {
                 headers.push((format!("x-ratelimit-limit-{family}"), amount.clone()));

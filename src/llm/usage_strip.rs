@@ -61,7 +61,8 @@ impl UsageStripper {
             }
             rest = &[];
         }
-        self.pending = rest.to_vec();
+        let consumed = self.pending.len() - rest.len();
+        self.pending.drain(..consumed);
         out
     }
 }

@@ -107,6 +107,28 @@ pub struct Budgets {
     counts: Mutex<HashMap<String, Arc<AtomicU32>>>,
 }
 
+/// Runs `f` on the bucket of `key` refilled to `now`, a full one added when there is none (the
+/// key is copied only then: a request's draws allocate nothing once its buckets exist).
+fn with_bucket<R>(
+    buckets: &mut HashMap<String, Bucket>,
+    key: &str,
+    (capacity, window): (f64, Duration),
+    now: Instant,
+    f: impl FnOnce(&mut Bucket) -> R,
+) -> R {
+    if let Some(bucket) = buckets.get_mut(key) {
+        bucket.refill(capacity, window, now);
+        return f(bucket);
+    }
+    let mut bucket = Bucket {
+        level: capacity,
+        at: now,
+    };
+    let result = f(&mut bucket);
+    buckets.insert(key.to_owned(), bucket);
+    result
+}
+
 /// Time until a bucket at `level` holds `target`, refilling `capacity` every `window`.
 fn until(level: f64, target: f64, capacity: f64, window: Duration) -> Duration {
     let rate = capacity / window.as_secs_f64().max(f64::EPSILON);
@@ -128,20 +150,19 @@ impl Budgets {
                     if draw.need > draw.capacity {
                         return refused(None);
                     }
-                    let bucket = buckets.entry(draw.key.to_owned()).or_insert(Bucket {
-                        level: draw.capacity,
-                        at: now,
-                    });
-                    bucket.refill(draw.capacity, window, now);
+                    let level =
+                        with_bucket(&mut buckets, draw.key, (draw.capacity, window), now, |b| {
+                            b.level
+                        });
                     // A cost bucket needs something left; any other, what the request takes.
                     let short = if draw.need > 0.0 {
-                        bucket.level < draw.need
+                        level < draw.need
                     } else {
-                        bucket.level <= 0.0
+                        level <= 0.0
                     };
                     if short {
                         let target = draw.need.max(draw.capacity * 1e-6);
-                        return refused(Some(until(bucket.level, target, draw.capacity, window)));
+                        return refused(Some(until(level, target, draw.capacity, window)));
                     }
                 }
                 None => {
@@ -170,7 +191,12 @@ impl Budgets {
                     });
                 }
                 None => {
-                    let count = counts.entry(draw.key.to_owned()).or_default();
+                    if !counts.contains_key(draw.key) {
+                        counts.insert(draw.key.to_owned(), Arc::default());
+                    }
+                    let Some(count) = counts.get(draw.key) else {
+                        continue;
+                    };
                     let held = count.fetch_add(1, Ordering::Relaxed) + 1;
                     slots.local.push(Arc::clone(count));
                     levels.push(Level {
@@ -188,12 +214,9 @@ impl Budgets {
     pub fn adjust(&self, key: &str, capacity: f64, window: Duration, delta: f64) {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets.entry(key.to_owned()).or_insert(Bucket {
-            level: capacity,
-            at: now,
+        with_bucket(&mut buckets, key, (capacity, window), now, |bucket| {
+            bucket.level = (bucket.level + delta).min(capacity);
         });
-        bucket.refill(capacity, window, now);
-        bucket.level = (bucket.level + delta).min(capacity);
     }
 
     /// The bucket of `key` now, as [`Budgets::admit`] reports it (a full one when unused).

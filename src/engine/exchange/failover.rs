@@ -101,6 +101,7 @@ impl Exchange {
                 };
                 let mut trace = forwarded.trace.clone();
                 set_model(&snapshot, &mut trace, model);
+                let usage = usage_of(&relayed);
                 let mut reply = reply_of(relayed);
                 let obligations = std::mem::take(&mut forwarded.obligations);
                 crate::engine::answer::obligations::settle_in_hand(
@@ -124,6 +125,11 @@ impl Exchange {
                 }
                 let step = Step::reply(reply, &trace, ResponsePath::Fallback);
                 forwarded.trace = trace;
+                // The tenant pays for the model that answered, as it reported.
+                if let Some(forwarded) = &self.forwarded {
+                    let answered = (snapshot.models[model].name.as_str(), usage);
+                    self.settle_admission(&forwarded.trace, Some(answered));
+                }
                 step
             }
             Seen::Parked(waiting) => {
@@ -172,6 +178,17 @@ fn set_model(snapshot: &crate::config::Snapshot, trace: &mut Trace, model: usize
     let model = &snapshot.models[model];
     trace.model = Some(model.name.clone());
     trace.provider_model = Some(model.provider_model.clone());
+}
+
+/// The usage a fallback's answer reports (JSON or events), read as a forwarded answer's is.
+fn usage_of(relayed: &crate::llm::client::Relayed) -> crate::llm::Usage {
+    let events = relayed
+        .content_type
+        .as_deref()
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    let mut scanner = crate::llm::UsageScanner::new(events);
+    scanner.push(&relayed.body);
+    scanner.finish().0
 }
 
 /// The fallback's answer as mom-router gives it: its status, content type and body.

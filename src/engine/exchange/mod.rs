@@ -159,8 +159,6 @@ pub struct Exchange {
     in_flight: Option<crate::state::InFlight>,
     /// Counted among the active exchanges (opened by [`Exchanges::open`]).
     counted: bool,
-    /// The tenant's admission was settled (its usage known, or no model answered).
-    settled: bool,
 }
 
 impl Drop for Exchange {
@@ -168,13 +166,12 @@ impl Drop for Exchange {
         if self.counted {
             self.metrics.active_streams.dec();
         }
-        if let Some(forwarded) = self.forwarded.take() {
+        if let Some(forwarded) = &self.forwarded {
             // An answer whose usage was not read keeps its reservation; a failed call used
-            // nothing.
+            // nothing (unless its failover settled for the model that answered).
             if !(200..300).contains(&forwarded.status) {
                 self.settle_admission(&forwarded.trace, None);
             }
-            self.forwarded = Some(forwarded);
         }
         let Some(mut record) = self.record.take() else {
             return;
@@ -225,7 +222,6 @@ impl Exchange {
             ticket: None,
             in_flight: None,
             counted: false,
-            settled: false,
         }
     }
 

@@ -52,18 +52,17 @@ impl Exchange {
             .clone_into(&mut record.response_path);
     }
 
-    /// Settles the tenant's admission of `trace` once: its reserved tokens corrected to what
-    /// the forwarded call (`usage` on `model`, when it answered) and any looper calls used, their
-    /// cost charged. A call that failed used nothing.
+    /// Settles the tenant's admission of `trace` (once, whoever asks again): its reserved
+    /// tokens corrected to what the call that answered (`usage` on `model`) and any looper calls
+    /// used, their cost charged. A call that failed used nothing.
     pub(super) fn settle_admission(
-        &mut self,
+        &self,
         trace: &Trace,
         answered: Option<(&str, crate::llm::Usage)>,
     ) {
-        let Some(admission) = trace.admission.as_ref().filter(|_| !self.settled) else {
+        let Some(admission) = &trace.admission else {
             return;
         };
-        self.settled = true;
         let (mut tokens, mut cost) = trace.looper.as_ref().map_or((0.0, 0.0), |looper| {
             ((looper.usage.0 + looper.usage.1) as f64, looper.cost)
         });
@@ -77,21 +76,19 @@ impl Exchange {
                 .model(model)
                 .map_or(0.0, |m| m.cost(prompt, completion));
         }
-        admission.settle(&self.services.state, tokens, cost);
-        self.metrics.observe_tenant(&admission.tenant, tokens, cost);
+        if admission.settle(&self.services.state, tokens, cost) {
+            self.metrics.observe_tenant(&admission.tenant, tokens, cost);
+        }
     }
 
     /// Adds the finished response's timings and usage to the model's statistics.
     pub(super) fn record(&mut self, forwarded_at: Instant, usage: crate::llm::Usage) {
-        if let Some(forwarded) = self.forwarded.take() {
-            let succeeded = (200..300).contains(&forwarded.status);
-            let answered = succeeded.then_some((forwarded.model.as_str(), usage));
-            self.settle_admission(&forwarded.trace, answered);
-            self.forwarded = Some(forwarded);
-        }
         let Some(forwarded) = &self.forwarded else {
             return;
         };
+        let succeeded = (200..300).contains(&forwarded.status);
+        let answered = succeeded.then_some((forwarded.model.as_str(), usage));
+        self.settle_admission(&forwarded.trace, answered);
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         let total_ms = ms(forwarded_at.elapsed());
         let ttft_ms = forwarded

@@ -11,6 +11,7 @@ use crate::llm::{ChatRequest, Headers};
 use crate::state::budgets::{Draw, Level, Slots};
 use crate::state::{Admit, StateStore};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +45,9 @@ pub struct Admission {
     /// mom-router asked the streamed answer for its usage: the client, who did not, does not
     /// get the usage chunk.
     pub strip_usage: bool,
-    /// The request's places among its tenant's requests in flight, until every copy drops.
-    _slots: Arc<Slots>,
+    /// What the request holds until every copy drops: its places among its tenant's requests
+    /// in flight, and whether its draws were settled.
+    held: Arc<Held>,
 }
 
 impl PartialEq for Admission {
@@ -54,9 +56,20 @@ impl PartialEq for Admission {
     }
 }
 
+/// What every copy of an admission shares.
+#[derive(Debug)]
+struct Held {
+    _slots: Slots,
+    settled: AtomicBool,
+}
+
 impl Admission {
-    /// Corrects the token budgets to `tokens` used (prompt and completion) and charges `cost`.
-    pub fn settle(&self, state: &StateStore, tokens: f64, cost: f64) {
+    /// Corrects the token budgets to `tokens` used (prompt and completion) and charges `cost`,
+    /// once for all the admission's copies; false when it was settled already.
+    pub fn settle(&self, state: &StateStore, tokens: f64, cost: f64) -> bool {
+        if self.held.settled.swap(true, Ordering::Relaxed) {
+            return false;
+        }
         for drawn in &self.tokens {
             let delta = self.reserved - tokens;
             if delta != 0.0 {
@@ -66,6 +79,7 @@ impl Admission {
         for drawn in self.costs.iter().filter(|_| cost > 0.0) {
             state.adjust_budget(&drawn.key, drawn.capacity, drawn.window, -cost);
         }
+        true
     }
 }
 
@@ -107,7 +121,7 @@ pub async fn admit(
             let limit = limits[refused.index];
             RouteError::RateLimited {
                 tenant: tenant.name.clone(),
-                limit: limit.kind.name(),
+                limit: limit.kind,
                 amount: limit.amount.to_string(),
                 scope: limit.model.clone(),
                 needed: estimate as u64,
@@ -150,7 +164,10 @@ pub async fn admit(
         headers: ratelimit_headers(&limits, &levels),
         share,
         strip_usage,
-        _slots: Arc::new(slots),
+        held: Arc::new(Held {
+            _slots: slots,
+            settled: AtomicBool::new(false),
+        }),
     }))
 }
 
