@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use mom_router::config;
 use mom_router::engine;
-use mom_router::engine::exchange::Exchange;
+use mom_router::engine::exchange::{Exchange, Exchanges, FailoverPart, Proxy};
 use mom_router::extproc::stream::StreamState;
 use mom_router::llm::Headers;
 use mom_router::observability::Metrics;
@@ -114,6 +114,42 @@ fn pipeline(c: &mut Criterion) {
                     black_box(stream.handle(headers).await);
                     black_box(stream.handle(body).await)
                 })
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
+    // A whole stream as envoy/quickstart.yaml drives it on the rule path: Envoy adds the x-mom-*
+    // headers from the metadata (the response phases are skipped) and runs the failover filter
+    // (the request is parked for it); opened, both request phases answered, and closed.
+    let store = Arc::new(config::ConfigStore::from_snapshot(
+        (*snapshot).clone(),
+        path.clone(),
+    ));
+    let exchanges = Exchanges::new(store, metrics.clone(), state.clone());
+    let proxy = Proxy {
+        adds_headers: true,
+        failover: FailoverPart::Filter,
+    };
+    c.bench_function("extproc_stream_whole/code", |b| {
+        b.iter_batched(
+            || {
+                (
+                    message(Request::RequestHeaders(envoy_headers.clone())),
+                    message(Request::RequestBody(HttpBody {
+                        body: prompts[1].1.clone(),
+                        end_of_stream: true,
+                        ..Default::default()
+                    })),
+                )
+            },
+            |(headers, body)| {
+                let mut stream = StreamState::new(exchanges.open(proxy));
+                runtime.block_on(async {
+                    black_box(stream.handle(headers).await);
+                    black_box(stream.handle(body).await);
+                });
+                drop(stream);
             },
             BatchSize::SmallInput,
         )

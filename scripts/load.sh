@@ -6,6 +6,8 @@
 #
 #   ./scripts/load.sh [COUNT]     (default 5000 requests per target and concurrency)
 #   ENVOY_CONFIG=…, MOM_CONFIG=… (a policy), MOM_SERVE_ARGS="--grpc-listen unix:/tmp/mom.sock" to compare variants
+#   LATENCY=0 skips the latency rounds (CPU per request only); ROUNDS=n sets the CPU rounds (3),
+#   CPU_AT=n their concurrency (16)
 #   MOM_BIN=path runs that mom-router binary instead of this checkout's (another commit's build)
 #   FLOOR=1 adds the mechanism's floor: a no-op ext_proc server (benches/noop_extproc.rs) behind a
 #   second Envoy from the same configuration (ports moved by 100; admin 9911, ext_proc 50061),
@@ -59,7 +61,7 @@ cpu_ms() { # PID: user+system CPU time so far, in ms
 }
 
 say "$COUNT requests per target; Envoy --concurrency 1; $(nproc) cores"
-for concurrency in 1 16; do
+for concurrency in $([ "${LATENCY:-1}" = 0 ] || echo 1 16); do
   LOADGEN_FLOOR="${FLOOR_TARGET:+envoy+noop-ext_proc}" "$BIN/examples/loadgen" "$COUNT" "$concurrency" \
     "direct=http://127.0.0.1:8101/v1/chat/completions" \
     "envoy=http://127.0.0.1:10001/v1/chat/completions|x-selected-model:smollm2-135m" \
@@ -67,18 +69,28 @@ for concurrency in 1 16; do
     "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions"
 done
 
-# CPU cost per request of each proxy, from a run through the full path only.
-router_before=$(cpu_ms $ROUTER); envoy_before=$(cpu_ms $ENVOY)
-"$BIN/examples/loadgen" "$COUNT" 16 "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions" >/dev/null
-router_cpu=$(( $(cpu_ms $ROUTER) - router_before )); envoy_cpu=$(( $(cpu_ms $ENVOY) - envoy_before ))
-total=$(( COUNT + 16 * 20 ))
-say "CPU per request through envoy+mom-router: mom-router $(( router_cpu * 1000 / total )) µs, Envoy $(( envoy_cpu * 1000 / total )) µs"
+# CPU cost per request of each proxy, from runs through one full path at a time: ROUNDS
+# (default 3) interleaved rounds, summed, so a busy moment weighs on both sides alike.
+ROUNDS=${ROUNDS:-3}
+CPU_AT=${CPU_AT:-16}
+router_cpu=0; envoy_cpu=0; noop_cpu=0; floor_envoy_cpu=0
+for _ in $(seq 1 "$ROUNDS"); do
+  router_before=$(cpu_ms $ROUTER); envoy_before=$(cpu_ms $ENVOY)
+  "$BIN/examples/loadgen" "$COUNT" "$CPU_AT" "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions" >/dev/null
+  router_cpu=$(( router_cpu + $(cpu_ms $ROUTER) - router_before ))
+  envoy_cpu=$(( envoy_cpu + $(cpu_ms $ENVOY) - envoy_before ))
+  if [ "${FLOOR:-0}" = 1 ]; then
+    noop_before=$(cpu_ms $NOOP); floor_envoy_before=$(cpu_ms $FLOOR_ENVOY)
+    "$BIN/examples/loadgen" "$COUNT" "$CPU_AT" "${FLOOR_TARGET[0]}" >/dev/null
+    noop_cpu=$(( noop_cpu + $(cpu_ms $NOOP) - noop_before ))
+    floor_envoy_cpu=$(( floor_envoy_cpu + $(cpu_ms $FLOOR_ENVOY) - floor_envoy_before ))
+  fi
+done
+total=$(( ROUNDS * (COUNT + CPU_AT * 20) ))
+say "CPU per request at c=$CPU_AT through envoy+mom-router: mom-router $(( router_cpu * 1000 / total )) µs, Envoy $(( envoy_cpu * 1000 / total )) µs"
 if [ "${FLOOR:-0}" = 1 ]; then
-  noop_before=$(cpu_ms $NOOP); floor_envoy_before=$(cpu_ms $FLOOR_ENVOY)
-  "$BIN/examples/loadgen" "$COUNT" 16 "${FLOOR_TARGET[0]}" >/dev/null
-  noop_cpu=$(( $(cpu_ms $NOOP) - noop_before )); floor_envoy_cpu=$(( $(cpu_ms $FLOOR_ENVOY) - floor_envoy_before ))
-  say "CPU per request through envoy+noop-ext_proc: the no-op server $(( noop_cpu * 1000 / total )) µs, its Envoy $(( floor_envoy_cpu * 1000 / total )) µs"
-  awk -v r="$router_cpu" -v n="$noop_cpu" -v e="$envoy_cpu" -v f="$floor_envoy_cpu" 'BEGIN {
-    if (n > 0 && f > 0) printf "==> CPU ratio to the floor at c=16: mom-router x%.2f of the no-op server, its Envoy x%.2f\n", r / n, e / f }'
+  say "CPU per request at c=$CPU_AT through envoy+noop-ext_proc: the no-op server $(( noop_cpu * 1000 / total )) µs, its Envoy $(( floor_envoy_cpu * 1000 / total )) µs"
+  awk -v c="$CPU_AT" -v r="$router_cpu" -v n="$noop_cpu" -v e="$envoy_cpu" -v f="$floor_envoy_cpu" 'BEGIN {
+    if (n > 0 && f > 0) printf "==> CPU ratio to the floor at c=%d: mom-router x%.2f of the no-op server, its Envoy x%.2f\n", c, r / n, e / f }'
 fi
 say "mom-router memory: $(grep -E 'VmRSS|VmHWM' /proc/$ROUTER/status | tr -s ' \n' ' ')"

@@ -171,10 +171,9 @@ impl Trace {
     /// The `x-mom-*` headers describing this outcome; `path` is how the response was made. Values are plain ASCII (HTTP clients garble
     /// anything else): `−` becomes `-`, `×` `x`, `≥` `>=`, other non-ASCII characters `?`.
     pub fn response_headers(&self, path: ResponsePath) -> Vec<(&'static str, String)> {
-        let mut headers = vec![
-            ("x-mom-response-path", path.name().to_owned()),
-            ("x-mom-config-version", self.config_version.clone()),
-        ];
+        let mut headers = Vec::with_capacity(24);
+        headers.push(("x-mom-response-path", path.name().to_owned()));
+        headers.push(("x-mom-config-version", self.config_version.clone()));
         if let Some(identity) = &self.identity {
             headers.push(("x-mom-identity", identity.clone()));
         }
@@ -248,12 +247,13 @@ impl Trace {
 
     /// `model=score` pairs, comma-separated, as the `x-mom-scores` header carries them.
     pub fn scores_label(&self) -> String {
-        let pairs: Vec<String> = self
-            .scores
-            .iter()
-            .map(|(model, score)| format!("{model}={score:.4}"))
-            .collect();
-        pairs.join(",")
+        use std::fmt::Write;
+        let mut label = String::with_capacity(self.scores.len() * 24);
+        for (i, (model, score)) in self.scores.iter().enumerate() {
+            let comma = if i == 0 { "" } else { "," };
+            let _ = write!(label, "{comma}{model}={score:.4}");
+        }
+        label
     }
 
     /// `model:outcome[:confidence]` per tentative call, comma-separated.

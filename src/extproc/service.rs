@@ -74,10 +74,11 @@ impl ExternalProcessor for ExtProcService {
             _ => FailoverPart::None,
         };
         let inbound = request.into_inner();
-        let state = StreamState::new(self.exchanges.open(Proxy {
+        // Boxed: the stream's state moves in and out of each step's future, as a pointer.
+        let state = Box::new(StreamState::new(self.exchanges.open(Proxy {
             adds_headers: envoy_adds_headers,
             failover,
-        }));
+        })));
         // The response stream owns the stream state: each message from Envoy is handled when
         // tonic polls for the next reply, with no extra task or channel hop.
         let replies =

@@ -2,6 +2,7 @@
 //! JSON object is kept so the rewritten body loses no field the client sent.
 
 use serde_json::{Map, Value};
+use std::ops::Range;
 
 /// Why a request body is not a valid chat-completion request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +77,15 @@ pub struct ChatRequest {
     pub has_tools: bool,
     /// The whole request object, kept for rewriting.
     object: Map<String, Value>,
+    /// The client's bytes while the object is as it sent it and they can be spliced.
+    source: Option<Source>,
+}
+
+/// The client's body and where its top-level `model` value lies.
+#[derive(Debug, Clone, PartialEq)]
+struct Source {
+    bytes: Vec<u8>,
+    model_at: Range<usize>,
 }
 
 impl ChatRequest {
@@ -87,9 +97,9 @@ impl ChatRequest {
         let text = std::str::from_utf8(bytes).map_err(|e| RequestError::NotUtf8 {
             offset: e.valid_up_to(),
         })?;
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| RequestError::MalformedJson(e.to_string()))?;
-        let Value::Object(object) = value else {
+        let parsed = super::chat_json::parse_object(text)
+            .map_err(|e| RequestError::MalformedJson(e.to_string()))?;
+        let Some(super::chat_json::Parsed { object, model_at }) = parsed else {
             return Err(RequestError::NotAnObject);
         };
         let model = match object.get("model") {
@@ -132,19 +142,34 @@ impl ChatRequest {
             stream,
             has_tools,
             object,
+            source: model_at.map(|model_at| Source {
+                bytes: bytes.to_vec(),
+                model_at,
+            }),
         })
     }
 
     /// The body to send upstream: the client's request, every field kept, with `model` replaced.
+    /// While nothing was rewritten, that is the client's own bytes with the `model` value
+    /// replaced in place; otherwise the object written out again.
     pub fn into_body_for(self, provider_model: &str) -> Vec<u8> {
+        if let Some(Source { bytes, model_at }) = self.source {
+            let mut body = Vec::with_capacity(bytes.len() + provider_model.len() + 2);
+            body.extend_from_slice(&bytes[..model_at.start]);
+            // Writing a string into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut body, provider_model);
+            body.extend_from_slice(&bytes[model_at.end..]);
+            return body;
+        }
         let mut object = self.object;
         object.insert("model".to_owned(), Value::String(provider_model.to_owned()));
         Value::Object(object).to_string().into_bytes()
     }
 
     /// The request object for rewriting (plugins); the parsed messages signals read stay as
-    /// the client sent them.
+    /// the client sent them. The forwarded body is then written out from the object.
     pub fn object_mut(&mut self) -> &mut Map<String, Value> {
+        self.source = None;
         &mut self.object
     }
 
@@ -162,7 +187,7 @@ impl ChatRequest {
             return false;
         }
         let options = self
-            .object
+            .object_mut()
             .entry("stream_options")
             .or_insert_with(|| Value::Object(Map::new()));
         if !options.is_object() {
@@ -351,6 +376,43 @@ mod tests {
         assert_eq!(body["model"], "qwen");
         assert_eq!(body["temperature"], 0.2);
         assert_eq!(body["messages"][0]["content"], "be brief");
+    }
+
+    #[test]
+    fn the_forwarded_body_is_the_clients_bytes_until_something_is_rewritten() {
+        let sent = "{ \"messages\": [{\"role\":\"user\",\"content\":\"caf\\u00e9\"}],\n  \"model\": \"mom/auto\", \"top_p\": 1.0 }";
+        let request = parse(sent).unwrap();
+        let body = String::from_utf8(request.into_body_for("a \"quoted\" name")).unwrap();
+        assert_eq!(body, sent.replace("\"mom/auto\"", r#""a \"quoted\" name""#));
+
+        let mut edited = parse(sent).unwrap();
+        edited
+            .object_mut()
+            .insert("seed".to_owned(), Value::from(7));
+        let body = edited.into_body_for("qwen");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (body["model"].as_str(), body["seed"].as_i64()),
+            (Some("qwen"), Some(7))
+        );
+        assert_eq!(body["messages"][0]["content"], "café");
+
+        let mut streamed =
+            parse(r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}"#)
+                .unwrap();
+        assert!(streamed.ask_for_usage());
+        let body: Value = serde_json::from_slice(&streamed.into_body_for("q")).unwrap();
+        assert_eq!(body["stream_options"]["include_usage"], true);
+
+        // A repeated key is written out once, as the signals read it.
+        let smuggled = r#"{"model":"m","messages":[{"role":"user","content":"a","content":"b"}]}"#;
+        let request = parse(smuggled).unwrap();
+        assert_eq!(request.last_user_text(), "b");
+        let body = String::from_utf8(request.into_body_for("q")).unwrap();
+        assert_eq!(
+            body,
+            r#"{"model":"q","messages":[{"role":"user","content":"b"}]}"#
+        );
     }
 
     #[test]

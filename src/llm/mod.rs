@@ -3,6 +3,7 @@
 //! seam, the client for sub-requests through Envoy's internal listener.
 
 pub mod chat;
+mod chat_json;
 pub mod client;
 pub mod contract;
 pub mod error_body;

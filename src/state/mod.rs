@@ -15,6 +15,7 @@ mod outcome;
 mod pool;
 mod queue_metrics;
 mod redis;
+mod runs;
 mod stats;
 mod window;
 
@@ -142,7 +143,7 @@ pub struct Pin {
 pub struct StateStore {
     settings: Settings,
     stats: Mutex<Stats>,
-    runs: moka::sync::Cache<String, Run>,
+    runs: runs::Runs,
     /// Outcomes already credited, by run id and kind, for as long as runs are remembered.
     credited: moka::sync::Cache<String, ()>,
     pins: moka::sync::Cache<String, Pin>,
@@ -167,10 +168,7 @@ impl std::fmt::Debug for StateStore {
 impl StateStore {
     /// A store in this process only, whatever `settings.backend` says (`explain`, tests).
     pub fn new(settings: Settings) -> Self {
-        let runs = moka::sync::Cache::builder()
-            .max_capacity(settings.max_runs)
-            .time_to_live(settings.run_ttl)
-            .build();
+        let runs = runs::Runs::new(settings.max_runs, settings.run_ttl);
         let pins = moka::sync::Cache::builder()
             .max_capacity(settings.max_runs)
             .time_to_idle(settings.session_ttl)
