@@ -78,7 +78,9 @@ for _ in $(seq 1 100); do curl -sf -o /dev/null http://127.0.0.1:9190/ready && b
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
 HEADER=""
 if [ "${SIGNED:-0}" = 1 ]; then
-  BEARER=$(cd scripts && python3 -c 'import quickstart_demo as d; print(d.token({"sub": "load", "roles": ["premium"]}))')
+  # The demo reads its two arguments when imported; only its token() is used here.
+  BEARER=$(cd scripts && python3 -c 'import sys; sys.argv[1:] = ["-", "-"]; import quickstart_demo as d
+print(d.token({"sub": "load", "roles": ["premium"]}))')
   HEADER="|authorization:Bearer $BEARER"
 fi
 
