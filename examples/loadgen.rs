@@ -12,13 +12,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Target {
+/// One target: a name for the report, the URL, and headers sent with every request.
+pub struct Target {
     name: String,
     url: String,
     headers: Vec<(String, String)>,
 }
 
-fn parse_target(arg: &str) -> anyhow::Result<Target> {
+/// A target from `NAME=URL[|HEADER:VALUE]...`.
+pub fn parse_target(arg: &str) -> anyhow::Result<Target> {
     let (name, rest) = arg.split_once('=').context("target must be NAME=URL")?;
     let mut parts = rest.split('|');
     let url = parts.next().context("missing URL")?.to_owned();
@@ -36,7 +38,9 @@ fn parse_target(arg: &str) -> anyhow::Result<Target> {
     })
 }
 
-async fn run(
+/// The latencies of `count` requests to `target` from `concurrency` closed-loop workers; an error
+/// as soon as one request fails or answers a non-2xx status, so no figure is made over errors.
+pub async fn run(
     client: &reqwest::Client,
     target: &Target,
     body: &Arc<String>,

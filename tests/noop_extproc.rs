@@ -74,3 +74,33 @@ async fn behind_envoy_a_request_reaches_the_model_the_floor_names() {
     assert_eq!(stack.requests_seen(), 1);
     server.abort();
 }
+
+#[path = "../examples/loadgen.rs"]
+#[allow(dead_code, reason = "the load generator's main is not called here")]
+mod loadgen;
+
+#[tokio::test]
+async fn the_load_generator_gives_no_figure_when_a_request_fails() {
+    let backend = support::fake_openai::FakeBackend::new("smollm2-135m");
+    let failing = backend.fail_status.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(support::fake_openai::serve(listener, backend));
+    let url = format!("model=http://127.0.0.1:{port}/v1/chat/completions");
+    let target = loadgen::parse_target(&url).unwrap();
+    let client = reqwest::Client::new();
+    let body = std::sync::Arc::new(
+        r#"{"model":"smollm2-135m","messages":[{"role":"user","content":"hi"}]}"#.to_owned(),
+    );
+
+    let latencies = loadgen::run(&client, &target, &body, 8, 2).await.unwrap();
+    assert_eq!(latencies.len(), 8);
+
+    failing.store(503, std::sync::atomic::Ordering::Relaxed);
+    let error = loadgen::run(&client, &target, &body, 8, 2)
+        .await
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("status 503"), "{error}");
+    server.abort();
+}
