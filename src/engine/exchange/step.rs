@@ -204,11 +204,6 @@ pub struct Outcome(pub Vec<(&'static str, Field)>);
 impl Outcome {
     /// The outcome `trace` describes, answered on `path`.
     pub fn of(trace: &Trace, path: ResponsePath) -> Self {
-        Self::with_scores(trace, path, &trace.scores_label())
-    }
-
-    /// [`Outcome::of`] with the scores' label already made.
-    fn with_scores(trace: &Trace, path: ResponsePath, scores: &str) -> Self {
         let mut fields = Vec::with_capacity(24);
         let mut text = |name, value: &str| fields.push((name, Field::Text(value.to_owned())));
         text("response_path", path.name());
@@ -228,7 +223,7 @@ impl Outcome {
             text("algorithm", trace.algorithm);
         }
         if !trace.scores.is_empty() {
-            text("scores", scores);
+            text("scores", &trace.scores_label());
             text("selection_reason", &trace.selection_reason);
         }
         if let Some(looper) = &trace.looper {
@@ -277,16 +272,8 @@ impl Outcome {
     /// [`Outcome::of`] a forwarded request plus `headers`: each `x-mom-*` response header by
     /// name, for a proxy that adds them itself (the response phases are skipped).
     pub fn with_headers(trace: &Trace) -> Self {
+        let mut outcome = Self::of(trace, ResponsePath::Upstream);
         let headers = trace.response_headers(ResponsePath::Upstream);
-        // The header's label is the outcome's own unless a model's name needed its ASCII form.
-        let ascii_names = trace.scores.iter().all(|(model, _)| model.is_ascii());
-        let scores = headers
-            .iter()
-            .find(|(name, _)| ascii_names && *name == "x-mom-scores");
-        let mut outcome = match scores {
-            Some((_, scores)) => Self::with_scores(trace, ResponsePath::Upstream, scores),
-            None => Self::of(trace, ResponsePath::Upstream),
-        };
         outcome.0.push(("headers", Field::Headers(headers)));
         outcome
     }
