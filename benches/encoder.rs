@@ -50,7 +50,11 @@ fn onnx(runtime: &str, provider: &str) -> Backend {
 }
 
 fn encoders(c: &mut Criterion) {
-    let mut backends = vec![("candle_fp32", Backend::Candle)];
+    let candle = Backend::Candle {
+        devices: vec!["cpu".to_owned()],
+        require_first: true,
+    };
+    let mut backends = vec![("candle_fp32", candle)];
     if std::env::var_os("MOM_BENCH_OPENVINO").is_some() {
         let runtime = "onnxruntime-openvino/libonnxruntime.so";
         backends.push(("onnx_int8_ort1.24_cpu", onnx(runtime, "cpu")));

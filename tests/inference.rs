@@ -20,7 +20,10 @@ use support::encoders::{cache, golden, onnx_on, settings, texts};
 
 fn candle(batch: BatchSettings) -> EncoderSpec {
     EncoderSpec {
-        backend: Backend::Candle,
+        backend: Backend::Candle {
+            devices: vec!["cpu".to_owned()],
+            require_first: false,
+        },
         model_dir: cache("models/all-MiniLM-L6-v2"),
         max_tokens: 256,
         threads: 1,
@@ -158,6 +161,38 @@ fn an_unavailable_provider_falls_back_and_says_why_or_fails_when_required() {
         panic!("expected a load error, got {required:?}");
     };
     assert!(reason.starts_with("rocm unavailable: "), "{reason}");
+}
+
+/// In a build without the `cuda` feature, a Candle encoder asked for `cuda` first says why it
+/// runs on the CPU, gives the same embeddings, or fails when the GPU is required.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn candle_without_its_cuda_feature_falls_back_to_the_cpu_and_says_why() {
+    let mut spec = candle(settings(8, 1, 64));
+    spec.backend = Backend::Candle {
+        devices: vec!["cuda".to_owned(), "cpu".to_owned()],
+        require_first: false,
+    };
+    let fallback = EncoderHandle::spawn(spec.clone()).unwrap();
+    let described = fallback.describe().to_owned();
+    assert!(
+        described.starts_with("candle cpu (cuda unavailable: ") && described.contains("cuda"),
+        "{described}"
+    );
+    assert!(!described.contains('\n'));
+    let embedded = fallback.embed_blocking(&texts()).unwrap();
+    for (i, want) in golden().iter().enumerate() {
+        assert!(cosine(&embedded[i], want) > 0.99999, "text {i}");
+    }
+    spec.backend = Backend::Candle {
+        devices: vec!["cuda".to_owned(), "cpu".to_owned()],
+        require_first: true,
+    };
+    let required = EncoderHandle::spawn(spec).unwrap_err();
+    let InferenceError::Load(reason) = required else {
+        panic!("expected a load error, got {required:?}");
+    };
+    assert!(reason.starts_with("cuda unavailable: "), "{reason}");
 }
 
 #[test]

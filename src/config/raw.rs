@@ -104,7 +104,8 @@ pub struct RawEncoder {
     pub onnx_model: Option<String>,
     /// `libonnxruntime.so` (backend `onnx`); default `$ORT_DYLIB_PATH`.
     pub runtime_library: Option<String>,
-    /// Execution providers in preference order: `cuda`, `rocm`, `openvino`, `cpu` (default `[cpu]`).
+    /// Execution providers in preference order: `cuda`, `rocm`, `openvino`, `cpu` (default `[cpu]`);
+    /// backend `candle` takes `cuda` and `cpu`.
     pub execution_providers: Option<Vec<String>>,
     /// Fail at load when the first provider cannot be used, instead of falling back.
     #[serde(default)]

@@ -1,5 +1,7 @@
-//! BERT sentence encoder on Candle (CPU): weights from `model.safetensors`, shape from
-//! `config.json`, mean pooling and L2 normalisation as sentence-transformers does.
+//! BERT sentence encoder on Candle: weights from `model.safetensors`, shape from `config.json`,
+//! mean pooling and L2 normalisation as sentence-transformers does. It runs on the first device
+//! of the configured list that loads the model and answers a first forward pass: `cuda` (GPU 0,
+//! in a build with the `cuda` feature) or `cpu`.
 
 use super::tokenize::TextTokenizer;
 use super::{Encoder, InferenceError};
@@ -13,6 +15,7 @@ pub struct CandleBert {
     model: BertModel,
     tokenizer: TextTokenizer,
     device: Device,
+    described: String,
 }
 
 fn load_error(e: impl std::fmt::Display) -> InferenceError {
@@ -24,9 +27,15 @@ fn run_error(e: impl std::fmt::Display) -> InferenceError {
 }
 
 impl CandleBert {
-    /// Loads `config.json` and `model.safetensors` from `dir`.
-    pub fn load(dir: &Path, tokenizer: TextTokenizer) -> Result<Self, InferenceError> {
-        let device = Device::Cpu;
+    /// Loads `config.json` and `model.safetensors` from `dir` onto the first of `devices`
+    /// (`cuda`, `cpu`) that takes it; with `require_first`, a first device that cannot is an
+    /// error instead of a fallback.
+    pub fn load(
+        dir: &Path,
+        tokenizer: TextTokenizer,
+        devices: &[String],
+        require_first: bool,
+    ) -> Result<Self, InferenceError> {
         let config_path = dir.join("config.json");
         let config: Config = serde_json::from_slice(
             &std::fs::read(&config_path)
@@ -36,15 +45,86 @@ impl CandleBert {
         let weights_path = dir.join("model.safetensors");
         let weights = std::fs::read(&weights_path)
             .map_err(|e| load_error(format!("{}: {e}", weights_path.display())))?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
-            .map_err(load_error)?;
-        let model = BertModel::load(vb, &config).map_err(load_error)?;
-        Ok(Self {
-            model,
-            tokenizer,
-            device,
-        })
+        let mut skipped = Vec::new();
+        for (i, name) in devices.iter().enumerate() {
+            match on_device(name, &config, &weights, &tokenizer) {
+                Ok((model, device)) => {
+                    let mut described = format!("candle {name}");
+                    if !skipped.is_empty() {
+                        described.push_str(&format!(" ({})", skipped.join("; ")));
+                    }
+                    return Ok(Self {
+                        model,
+                        tokenizer,
+                        device,
+                        described,
+                    });
+                }
+                Err(reason) => {
+                    let line = format!(
+                        "{name} unavailable: {}",
+                        reason.lines().next().unwrap_or_default()
+                    );
+                    tracing::warn!(device = %name, %reason, "candle device failed; trying the next");
+                    if i == 0 && require_first {
+                        return Err(load_error(line));
+                    }
+                    skipped.push(line);
+                }
+            }
+        }
+        Err(load_error(format!(
+            "no candle device could load {}: {}",
+            weights_path.display(),
+            skipped.join("; ")
+        )))
     }
+}
+
+/// The model on device `name`. A GPU is checked with one forward pass, so one that registers
+/// but cannot run the kernels fails here rather than on the first request.
+fn on_device(
+    name: &str,
+    config: &Config,
+    weights: &[u8],
+    tokenizer: &TextTokenizer,
+) -> Result<(BertModel, Device), String> {
+    let device = match name {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0).map_err(|e| e.to_string())?,
+        other => return Err(format!("candle runs on cuda or cpu, not {other}")),
+    };
+    let vb = VarBuilder::from_slice_safetensors(weights, DType::F32, &device)
+        .map_err(|e| e.to_string())?;
+    let model = BertModel::load(vb, config).map_err(|e| e.to_string())?;
+    if !device.is_cpu() {
+        forward(&model, tokenizer, &device, &["mom-router device check"])
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((model, device))
+}
+
+/// Pooled embeddings of `texts`.
+fn forward(
+    model: &BertModel,
+    tokenizer: &TextTokenizer,
+    device: &Device,
+    texts: &[&str],
+) -> Result<Vec<Vec<f32>>, InferenceError> {
+    let batch = tokenizer.batch(texts)?;
+    let shape = (batch.batch, batch.tokens);
+    let ids = Tensor::from_vec(batch.ids.clone(), shape, device).map_err(run_error)?;
+    let type_ids = Tensor::from_vec(batch.type_ids.clone(), shape, device).map_err(run_error)?;
+    let mask = Tensor::from_vec(batch.mask.clone(), shape, device).map_err(run_error)?;
+    let hidden = model
+        .forward(&ids, &type_ids, Some(&mask))
+        .map_err(run_error)?;
+    let dims = hidden.dim(2).map_err(run_error)?;
+    let flat: Vec<f32> = hidden
+        .flatten_all()
+        .and_then(|t| t.to_vec1())
+        .map_err(run_error)?;
+    batch.pool(&flat, dims)
 }
 
 impl Encoder for CandleBert {
@@ -52,25 +132,10 @@ impl Encoder for CandleBert {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let batch = self.tokenizer.batch(texts)?;
-        let shape = (batch.batch, batch.tokens);
-        let ids = Tensor::from_vec(batch.ids.clone(), shape, &self.device).map_err(run_error)?;
-        let type_ids =
-            Tensor::from_vec(batch.type_ids.clone(), shape, &self.device).map_err(run_error)?;
-        let mask = Tensor::from_vec(batch.mask.clone(), shape, &self.device).map_err(run_error)?;
-        let hidden = self
-            .model
-            .forward(&ids, &type_ids, Some(&mask))
-            .map_err(run_error)?;
-        let dims = hidden.dim(2).map_err(run_error)?;
-        let flat: Vec<f32> = hidden
-            .flatten_all()
-            .and_then(|t| t.to_vec1())
-            .map_err(run_error)?;
-        batch.pool(&flat, dims)
+        forward(&self.model, &self.tokenizer, &self.device, texts)
     }
 
     fn describe(&self) -> String {
-        "candle cpu".to_owned()
+        self.described.clone()
     }
 }

@@ -61,7 +61,12 @@ pub trait Encoder {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// Candle, BERT from `model.safetensors` + `config.json`.
-    Candle,
+    Candle {
+        /// Devices in preference order (`cuda`, `cpu`).
+        devices: Vec<String>,
+        /// Fail instead of falling back when the first device cannot load.
+        require_first: bool,
+    },
     /// ONNX Runtime through `ort`, loading `libonnxruntime` from `runtime_library`.
     Onnx {
         /// The `.onnx` file.
@@ -95,9 +100,14 @@ pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
     let tokenizer =
         tokenize::TextTokenizer::load(&spec.model_dir.join("tokenizer.json"), spec.max_tokens)?;
     match &spec.backend {
-        Backend::Candle => Ok(Box::new(candle_bert::CandleBert::load(
+        Backend::Candle {
+            devices,
+            require_first,
+        } => Ok(Box::new(candle_bert::CandleBert::load(
             &spec.model_dir,
             tokenizer,
+            devices,
+            *require_first,
         )?)),
         Backend::Onnx {
             model,

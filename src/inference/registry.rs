@@ -21,7 +21,7 @@ static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
 fn fingerprint(spec: &EncoderSpec) -> Result<Fingerprint, InferenceError> {
     let mut files = vec![spec.model_dir.join("tokenizer.json")];
     match &spec.backend {
-        Backend::Candle => {
+        Backend::Candle { .. } => {
             files.push(spec.model_dir.join("model.safetensors"));
             files.push(spec.model_dir.join("config.json"));
         }

@@ -132,7 +132,7 @@ impl EncoderHandle {
     pub fn spawn(spec: EncoderSpec) -> Result<Self, InferenceError> {
         let settings = spec.batch;
         let weights = match &spec.backend {
-            super::Backend::Candle => spec.model_dir.join("model.safetensors"),
+            super::Backend::Candle { .. } => spec.model_dir.join("model.safetensors"),
             super::Backend::Onnx { model, .. } => model.clone(),
         };
         let mut handle = Self::start("mom-encoder", settings, move || load(&spec))?;

@@ -14,6 +14,9 @@ use std::time::Duration;
 /// Providers `executionProviders` may name.
 const PROVIDERS: &[&str] = &["cuda", "rocm", "openvino", "cpu"];
 
+/// Devices the Candle backend runs on (`cuda` needs a build with the `cuda` feature).
+const CANDLE_DEVICES: &[&str] = &["cuda", "cpu"];
+
 /// The configured providers (default `[cpu]`), or `None` after reporting a bad one.
 fn providers(raw: Option<&Vec<String>>, path: &str, errors: &mut Errors) -> Option<Vec<String>> {
     let providers = raw.cloned().unwrap_or_else(|| vec!["cpu".to_owned()]);
@@ -128,7 +131,24 @@ pub(super) fn compile_encoder(
     let ok = providers.is_some();
     let providers = providers.unwrap_or_default();
     let backend = match raw.backend {
-        RawBackend::Candle => Backend::Candle,
+        RawBackend::Candle => {
+            for (i, device) in providers.iter().enumerate() {
+                if !CANDLE_DEVICES.contains(&device.as_str()) {
+                    errors.push(
+                        format!("{path}.executionProviders[{i}]"),
+                        format!(
+                            "backend candle runs on cuda or cpu, not {device:?} (an ONNX Runtime \
+                             provider: use backend onnx for it)"
+                        ),
+                    );
+                    return None;
+                }
+            }
+            Backend::Candle {
+                devices: providers,
+                require_first: raw.require_first_provider,
+            }
+        }
         RawBackend::Onnx => {
             let model = raw.onnx_model.as_deref().map(resolve);
             let library = runtime_library(raw.runtime_library.as_deref(), base);
