@@ -373,8 +373,9 @@ pub async fn fail_over(
 pub struct Waiting {
     /// How to serve it elsewhere.
     pub plan: Box<Plan>,
-    /// The evidence behind it, for the fallback's `x-mom-*` headers.
-    pub trace: Trace,
+    /// The evidence behind it, for the fallback's `x-mom-*` headers (shared with the
+    /// forwarding stream's).
+    pub trace: Arc<Trace>,
     /// Its place in the forwarded model's in-flight count: ends when the request fails over or
     /// its stream ends.
     pub in_flight: Option<crate::state::InFlight>,
@@ -547,7 +548,7 @@ decisions:
                     cool_down: Duration::from_secs(1),
                 },
             }),
-            trace: Trace::empty(&snapshot),
+            trace: Arc::new(Trace::empty(&snapshot)),
             in_flight: None,
         };
         let ticket = parked.park("a".to_owned(), waiting());

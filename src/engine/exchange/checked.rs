@@ -9,6 +9,7 @@ use crate::engine::answer::contract::ContractOutcome;
 use crate::engine::answer::keep::keep_delivered;
 use crate::engine::{ResponsePath, RouteError, Trace};
 use crate::observability::metrics::ContractLabels;
+use std::sync::Arc;
 
 impl Exchange {
     /// The client gets `error` instead of the answer (a response-phase refusal): the trace
@@ -160,9 +161,9 @@ impl Exchange {
         // The streamed bytes are already with the client: a broken contract is only reported.
         let text = crate::llm::usage::streamed_text(&forwarded.collected);
         let outcome = ContractOutcome::of_check(&contract.shape.check(&text));
-        forwarded.trace.contract = Some((contract.shape.name(), outcome));
+        Arc::make_mut(&mut forwarded.trace).contract = Some((contract.shape.name(), outcome));
         forwarded.obligations.contract = None;
-        let trace = forwarded.trace.clone();
+        let trace = Arc::clone(&forwarded.trace);
         self.count_contract(&trace);
         (Step::checked_body(Some(&trace), replaced, false), copy)
     }

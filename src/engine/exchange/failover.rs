@@ -87,11 +87,12 @@ impl Exchange {
                     return self.on_response_headers(message);
                 };
                 // A looper's sub-calls may have failed over before: both chains are shown.
-                let chain = match forwarded.trace.failover.take() {
+                let shown = Arc::make_mut(&mut forwarded.trace);
+                let chain = match shown.failover.take() {
                     Some(earlier) => format!("{earlier}; {chain}"),
                     None => chain,
                 };
-                forwarded.trace.failover = Some(chain.clone());
+                shown.failover = Some(chain.clone());
                 if let Some(record) = &mut self.record {
                     record.fallback = chain;
                 }
@@ -99,7 +100,7 @@ impl Exchange {
                     // No model answered: the failure goes on, translated as any failure is.
                     return self.on_response_headers(message);
                 };
-                let mut trace = forwarded.trace.clone();
+                let mut trace = Trace::clone(&forwarded.trace);
                 set_model(&snapshot, &mut trace, model);
                 let usage = usage_of(&relayed);
                 let mut reply = reply_of(relayed);
@@ -124,7 +125,7 @@ impl Exchange {
                     record.response_path = ResponsePath::Fallback.name().to_owned();
                 }
                 let step = Step::reply(reply, &trace, ResponsePath::Fallback);
-                forwarded.trace = trace;
+                forwarded.trace = Arc::new(trace);
                 // The tenant pays for the model that answered, as it reported.
                 if let Some(forwarded) = &self.forwarded {
                     let answered = (snapshot.models[model].name.as_str(), usage);
@@ -137,7 +138,7 @@ impl Exchange {
                 let ended = failover::fail_over(&snapshot, &client, &state, plan, reason).await;
                 self.count_fallbacks(&ended);
                 let chain = ended.label(&snapshot);
-                let mut trace = waiting.trace.clone();
+                let mut trace = Arc::unwrap_or_clone(waiting.trace);
                 trace.failover = Some(chain.clone());
                 match ended.answered {
                     Some((model, relayed)) => {

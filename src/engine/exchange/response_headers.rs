@@ -42,7 +42,7 @@ impl Exchange {
         if !success {
             if let Some(mut fallback) = forwarded.fallback.take() {
                 // The synthesis failed: answer with the best evidence instead.
-                forwarded.trace.fallback_used = true;
+                Arc::make_mut(&mut forwarded.trace).fallback_used = true;
                 if let Some(record) = &mut self.record {
                     record.status = u32::from(fallback.status);
                     record.response_path = ResponsePath::Immediate.name().to_owned();

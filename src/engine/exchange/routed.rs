@@ -11,6 +11,7 @@ use crate::observability::metrics::{
     TenantRefusalLabels,
 };
 use crate::state::{now_ms, Run};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The header that bounds Envoy's wait for the upstream's response headers (its per-try
@@ -24,7 +25,9 @@ fn new_run_id() -> String {
 
 /// A forwarded request, while its response comes.
 pub(super) struct Forwarded {
-    pub(super) trace: Trace,
+    /// Shared with the request parked for the failover filter (when the response phases are
+    /// skipped), so parking copies nothing; written through `Arc::make_mut`.
+    pub(super) trace: Arc<Trace>,
     pub(super) model: String,
     pub(super) stream: bool,
     pub(super) at: Instant,
@@ -147,10 +150,11 @@ impl Exchange {
                 let capacity = declared.and_then(|m| m.max_concurrency);
                 let pool = &self.services.state.pool;
                 self.in_flight = capacity.and_then(|_| pool.start(&model));
+                let trace = Arc::new(trace);
                 if let (true, Some(run_id)) = (self.unwatched, &trace.run_id) {
                     if let Some(plan) = failover.take() {
                         // No response phase will see a failure: the failover filter's will.
-                        let trace = trace.clone();
+                        let trace = Arc::clone(&trace);
                         let in_flight = self.in_flight.take();
                         let waiting = crate::engine::failover::Waiting {
                             plan,

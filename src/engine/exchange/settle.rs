@@ -11,6 +11,7 @@ use crate::engine::answer::obligations::{settle_held, Checked};
 use crate::engine::RouteError;
 use crate::observability::metrics::PluginLabels;
 use serde_json::Value;
+use std::sync::Arc;
 
 impl Exchange {
     /// The complete answer of a held (BUFFERED) body, observed (timing, usage) and parsed once;
@@ -57,8 +58,9 @@ impl Exchange {
         };
         let (snapshot, state) = (&self.snapshot, &self.services.state);
         let owed = &mut forwarded.obligations;
-        let settled = settle_held(snapshot, state, owed, &mut answer, &mut forwarded.trace).await;
-        let trace = forwarded.trace.clone();
+        let shown = Arc::make_mut(&mut forwarded.trace);
+        let settled = settle_held(snapshot, state, owed, &mut answer, shown).await;
+        let trace = crate::engine::Trace::clone(&forwarded.trace);
         let checked = match settled {
             Ok(checked) => checked,
             Err(error) => {
@@ -114,7 +116,8 @@ impl Exchange {
             _ => {
                 // Kept, or broken with no repair: a held answer can still be refused.
                 let checked = contract.shape.check(text);
-                forwarded.trace.contract = Some((name, ContractOutcome::of_check(&checked)));
+                Arc::make_mut(&mut forwarded.trace).contract =
+                    Some((name, ContractOutcome::of_check(&checked)));
                 let fail = contract.on_violation == crate::config::OnViolation::Fail;
                 return match checked {
                     Err(reason) if fail => Some(self.violated(name, reason)),
@@ -123,7 +126,7 @@ impl Exchange {
             }
         };
         if contract.shape.check(text).is_ok() {
-            forwarded.trace.contract = Some((name, ContractOutcome::Kept));
+            Arc::make_mut(&mut forwarded.trace).contract = Some((name, ContractOutcome::Kept));
             return None;
         }
         let request: Value = serde_json::from_slice(&request).unwrap_or_default();
@@ -139,7 +142,7 @@ impl Exchange {
             REPAIR_DEADLINE,
         )
         .await;
-        forwarded.trace.contract = Some((name, enforced.outcome));
+        Arc::make_mut(&mut forwarded.trace).contract = Some((name, enforced.outcome));
         match (enforced.outcome, enforced.reason, contract.on_violation) {
             (ContractOutcome::Repaired, _, _) => {
                 let usage = &mut enforced.body["usage"];
@@ -166,7 +169,10 @@ impl Exchange {
     /// The refusal of an answer that broke contract `name` for `reason`.
     fn violated(&self, contract: &'static str, reason: String) -> Step {
         let error = RouteError::ContractViolated { contract, reason };
-        let trace = self.forwarded.as_ref().map(|f| f.trace.clone());
+        let trace = self
+            .forwarded
+            .as_ref()
+            .map(|f| crate::engine::Trace::clone(&f.trace));
         let trace = trace.unwrap_or_else(|| crate::engine::Trace::empty(&self.snapshot));
         self.refuse(trace, &error)
     }
