@@ -14,6 +14,7 @@
 
 mod action;
 pub mod answer;
+mod decimal;
 mod error;
 pub mod exchange;
 pub mod failover;

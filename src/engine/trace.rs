@@ -184,7 +184,10 @@ impl Trace {
             headers.push(("x-mom-decision", self.decision_label().to_owned()));
             headers.push(("x-mom-model", model.clone()));
             headers.push(("x-mom-algorithm", self.algorithm.to_owned()));
-            headers.push(("x-mom-confidence", format!("{:.3}", self.confidence)));
+            headers.push((
+                "x-mom-confidence",
+                super::decimal::fixed(self.confidence, 3),
+            ));
             if !self.scores.is_empty() {
                 headers.push(("x-mom-scores", self.scores_label()));
                 headers.push(("x-mom-selection-reason", self.selection_reason.clone()));
@@ -247,11 +250,14 @@ impl Trace {
 
     /// `model=score` pairs, comma-separated, as the `x-mom-scores` header carries them.
     pub fn scores_label(&self) -> String {
-        use std::fmt::Write;
         let mut label = String::with_capacity(self.scores.len() * 24);
         for (i, (model, score)) in self.scores.iter().enumerate() {
-            let comma = if i == 0 { "" } else { "," };
-            let _ = write!(label, "{comma}{model}={score:.4}");
+            if i > 0 {
+                label.push(',');
+            }
+            label.push_str(model);
+            label.push('=');
+            super::decimal::push_fixed(&mut label, *score, 4);
         }
         label
     }
