@@ -61,15 +61,7 @@ impl CandleBert {
                     });
                 }
                 Err(reason) => {
-                    let line = format!(
-                        "{name} unavailable: {}",
-                        reason.lines().next().unwrap_or_default()
-                    );
-                    tracing::warn!(device = %name, %reason, "candle device failed; trying the next");
-                    if i == 0 && require_first {
-                        return Err(load_error(line));
-                    }
-                    skipped.push(line);
+                    skipped.push(super::unavailable(name, &reason, i == 0 && require_first)?);
                 }
             }
         }

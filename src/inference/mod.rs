@@ -95,6 +95,24 @@ pub struct EncoderSpec {
     pub batch: BatchSettings,
 }
 
+/// The one-line reason a provider or device `name` could not load (`cuda unavailable: …`),
+/// logged in full; an error instead when it was the first and required.
+pub(crate) fn unavailable(
+    name: &str,
+    reason: &str,
+    first_required: bool,
+) -> Result<String, InferenceError> {
+    let line = format!(
+        "{name} unavailable: {}",
+        reason.lines().next().unwrap_or_default()
+    );
+    tracing::warn!(provider = %name, %reason, "could not load; trying the next");
+    if first_required {
+        return Err(InferenceError::Load(line));
+    }
+    Ok(line)
+}
+
 /// Loads the encoder a spec describes, on the calling thread.
 pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
     let tokenizer =

@@ -108,15 +108,7 @@ pub fn open_session(
                 return Ok((session, described));
             }
             Err(reason) => {
-                let line = format!(
-                    "{name} unavailable: {}",
-                    reason.lines().next().unwrap_or_default()
-                );
-                tracing::warn!(provider = %name, %reason, "execution provider failed; trying the next");
-                if i == 0 && require_first {
-                    return Err(InferenceError::Load(line));
-                }
-                skipped.push(line);
+                skipped.push(super::unavailable(name, &reason, i == 0 && require_first)?);
             }
         }
     }
