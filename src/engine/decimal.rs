@@ -3,7 +3,7 @@
 //! and rounded in `f64` when that cannot differ from the exact decimal rounding, and by `format!`
 //! otherwise (near a tie, out of range, not finite).
 
-use std::fmt::Write;
+use std::fmt::Write as _;
 
 /// Largest scaled magnitude written by integer arithmetic: below it one `f64` product is within
 /// 1e-7 of the exact one. Above it `format!` writes.
@@ -28,15 +28,24 @@ pub fn push_fixed(out: &mut String, value: f64, decimals: u32) {
         out.push('-');
     }
     let unit = 10u64.pow(decimals);
-    let _ = write!(out, "{}", rounded / unit);
+    push_digits(out, rounded / unit, 1);
     if decimals > 0 {
-        let _ = write!(
-            out,
-            ".{:0width$}",
-            rounded % unit,
-            width = decimals as usize
-        );
+        out.push('.');
+        push_digits(out, rounded % unit, decimals as usize);
     }
+}
+
+/// Appends `n` in decimal, zero-padded to at least `width` digits (at most 20).
+fn push_digits(out: &mut String, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut first = digits.len();
+    while n > 0 || first == digits.len() {
+        first -= 1;
+        digits[first] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let first = first.min(digits.len().saturating_sub(width));
+    out.extend(digits[first..].iter().map(|&d| char::from(d)));
 }
 
 /// `value` with `decimals` digits after the point (see [`push_fixed`]).
