@@ -35,7 +35,7 @@ struct Args {
     targets: Vec<(String, String)>,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut parsed = Args {
         runtime: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
         rounds: 20,
@@ -43,7 +43,6 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
         text: None,
         targets: Vec::new(),
     };
-    let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
@@ -110,17 +109,16 @@ fn spec(backend: &str, device: &str, runtime: Option<&Path>) -> Result<EncoderSp
 }
 
 /// The golden texts and their reference embeddings.
-fn golden() -> Result<(Vec<String>, Vec<Vec<f32>>), String> {
+#[derive(serde::Deserialize)]
+struct Golden {
+    texts: Vec<String>,
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn golden() -> Result<Golden, String> {
     let path = repo("tests/fixtures/golden/minilm-sentence-transformers.json");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    #[derive(serde::Deserialize)]
-    struct Golden {
-        texts: Vec<String>,
-        embeddings: Vec<Vec<f32>>,
-    }
-    let golden: Golden =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((golden.texts, golden.embeddings))
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Up to `count` question texts from the domain data.
@@ -156,26 +154,34 @@ fn p50(rounds: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<Durat
 
 fn classify(encoder: &mut dyn Encoder, head: &Head, texts: &[&str]) -> Result<Vec<usize>, String> {
     let embeddings = encoder.encode(texts).map_err(|e| e.to_string())?;
-    Ok(embeddings
-        .iter()
-        .map(|e| inference::argmax(&head.probabilities(e)).0)
-        .collect())
+    Ok(embeddings.iter().map(|e| head.predict(e).0).collect())
+}
+
+/// What every backend is checked against: the reference embeddings, the domain head and the
+/// questions it labels.
+struct Inputs {
+    golden: Golden,
+    head: Head,
+    questions: Vec<String>,
 }
 
 /// Checks and times one backend; returns its labels of the questions.
 fn check(
     name: &str,
     encoder: &mut dyn Encoder,
-    head: &Head,
-    questions: &[String],
+    inputs: &Inputs,
     args: &Args,
 ) -> Result<Vec<usize>, String> {
-    let (texts, reference) = golden()?;
-    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let Inputs {
+        golden,
+        head,
+        questions,
+    } = inputs;
+    let texts: Vec<&str> = golden.texts.iter().map(String::as_str).collect();
     let embedded = encoder.encode(&texts).map_err(|e| e.to_string())?;
     let least = embedded
         .iter()
-        .zip(&reference)
+        .zip(&golden.embeddings)
         .map(|(got, want)| cosine(got, want))
         .fold(f32::INFINITY, f32::min);
     let floor = if name.starts_with("candle") {
@@ -185,6 +191,9 @@ fn check(
     };
     println!("{name}: runs as {:?}", encoder.describe());
     println!("{name}: reference embeddings, least cosine {least:.6} (floor {floor})");
+    if least < floor {
+        return Err(format!("{name}: reference cosine {least:.6} below {floor}"));
+    }
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     if let Some(text) = &args.text {
         let forward = p50(args.rounds, || {
@@ -220,9 +229,6 @@ fn check(
         let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
         labels.extend(classify(encoder, head, &chunk)?);
     }
-    if least < floor {
-        return Err(format!("{name}: reference cosine {least:.6} below {floor}"));
-    }
     Ok(labels)
 }
 
@@ -234,15 +240,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let head = match Head::load(&repo("heads/domain.safetensors")) {
-        Ok(head) => head,
-        Err(e) => {
-            eprintln!("encoder_check: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let questions = match questions(args.texts) {
-        Ok(questions) => questions,
+    let inputs = golden().and_then(|golden| {
+        let head = Head::load(&repo("heads/domain.safetensors")).map_err(|e| e.to_string())?;
+        let questions = questions(args.texts)?;
+        Ok(Inputs {
+            golden,
+            head,
+            questions,
+        })
+    });
+    let inputs = match inputs {
+        Ok(inputs) => inputs,
         Err(e) => {
             eprintln!("encoder_check: {e}");
             return ExitCode::from(2);
@@ -255,7 +263,7 @@ fn main() -> ExitCode {
         let name = format!("{backend}:{device}");
         let checked = spec(backend, device, args.runtime.as_deref())
             .and_then(|spec| inference::load(&spec).map_err(|e| e.to_string()))
-            .and_then(|mut encoder| check(&name, encoder.as_mut(), &head, &questions, &args));
+            .and_then(|mut encoder| check(&name, encoder.as_mut(), &inputs, &args));
         let labels = match checked {
             Ok(labels) => labels,
             Err(e) => {

@@ -55,14 +55,18 @@ fetch_wheel() {
 }
 
 # fetch_linux_wheel SPEC FILE SHA256: like fetch_wheel, for a CPython 3.11 x86_64 Linux wheel
-# (whichever Python runs the script: only the wheel's shared libraries are used).
+# (whichever Python runs the script: only the wheel's shared libraries are used), tagged for any
+# manylinux level up to 2_28: pip matches platform tags exactly, so each is named, the newest
+# first (the one pip prefers).
 fetch_linux_wheel() {
-  local spec=$1 file=$2 sha=$3 dir="$MOM_CACHE/wheels"
+  local spec=$1 file=$2 sha=$3 dir="$MOM_CACHE/wheels" platforms=() level
   mkdir -p "$dir"
   if [ ! -f "$dir/$file" ]; then
     say "downloading $spec from PyPI"
+    for level in 28 27 17 12 5; do platforms+=(--platform "manylinux_2_${level}_x86_64"); done
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-      --platform manylinux_2_28_x86_64 -d "$dir" "$spec" >&2 || die "could not download $spec"
+      "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+      -d "$dir" "$spec" >&2 || die "could not download $spec"
   fi
   [ -f "$dir/$file" ] || die "$spec did not produce $file"
   check_sha256 "$dir/$file" "$sha"
@@ -333,7 +337,7 @@ install_cuda_onnxruntime() {
     say "the loader lacks ${missing[*]}: taking CUDA 13's libraries from PyPI"
     for entry in "${CUDA_WHEELS[@]}"; do
       read -r spec file sha <<<"$entry"
-      wheel=$(fetch_any_linux_wheel "$spec" "$file" "$sha")
+      wheel=$(fetch_linux_wheel "$spec" "$file" "$sha")
       python3 - "$wheel" "$dir/cuda" <<'PY'
 import os, re, shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
@@ -350,23 +354,6 @@ PY
   if [ -d "$dir/cuda" ]; then
     export LD_LIBRARY_PATH="$dir/cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-}
-
-# fetch_any_linux_wheel SPEC FILE SHA256: like fetch_linux_wheel, for a wheel tagged for any
-# manylinux level up to 2_28 (pip matches platform tags exactly, so each is named).
-fetch_any_linux_wheel() {
-  local spec=$1 file=$2 sha=$3 dir="$MOM_CACHE/wheels" platforms=() level
-  mkdir -p "$dir"
-  if [ ! -f "$dir/$file" ]; then
-    say "downloading $spec from PyPI"
-    for level in 5 12 17 27 28; do platforms+=(--platform "manylinux_2_${level}_x86_64"); done
-    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-      "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-      -d "$dir" "$spec" >&2 || die "could not download $spec"
-  fi
-  [ -f "$dir/$file" ] || die "$spec did not produce $file"
-  check_sha256 "$dir/$file" "$sha"
-  echo "$dir/$file"
 }
 
 # Labelled data for the trained heads (scripts/prepare_data.py says what each file holds).

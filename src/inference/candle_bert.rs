@@ -10,6 +10,10 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use std::path::Path;
 
+/// The devices it runs on, named as `executionProviders` names them (`cuda` needs a build with
+/// the `cuda` feature).
+pub const DEVICES: &[&str] = &["cuda", "cpu"];
+
 /// The Candle encoder.
 pub struct CandleBert {
     model: BertModel,
@@ -84,7 +88,12 @@ fn on_device(
     let device = match name {
         "cpu" => Device::Cpu,
         "cuda" => Device::new_cuda(0).map_err(|e| e.to_string())?,
-        other => return Err(format!("candle runs on cuda or cpu, not {other}")),
+        other => {
+            return Err(format!(
+                "candle runs on {}, not {other}",
+                DEVICES.join(" or ")
+            ))
+        }
     };
     let vb = VarBuilder::from_slice_safetensors(weights, DType::F32, &device)
         .map_err(|e| e.to_string())?;

@@ -15,6 +15,7 @@ mod router_input;
 mod tokenize;
 pub mod worker;
 
+pub use candle_bert::DEVICES as CANDLE_DEVICES;
 pub use head::{
     argmax, f32s_from_le, f32s_to_le, softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT,
 };

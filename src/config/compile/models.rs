@@ -14,22 +14,36 @@ use std::time::Duration;
 /// Providers `executionProviders` may name.
 const PROVIDERS: &[&str] = &["cuda", "rocm", "openvino", "cpu"];
 
-/// Devices the Candle backend runs on (`cuda` needs a build with the `cuda` feature).
-const CANDLE_DEVICES: &[&str] = &["cuda", "cpu"];
-
-/// The configured providers (default `[cpu]`), or `None` after reporting a bad one.
-fn providers(raw: Option<&Vec<String>>, path: &str, errors: &mut Errors) -> Option<Vec<String>> {
+/// The configured providers (default `[cpu]`), or `None` after reporting a bad one. Backend
+/// candle takes only its own devices ([`inference::CANDLE_DEVICES`]).
+fn providers(
+    raw: Option<&Vec<String>>,
+    candle: bool,
+    path: &str,
+    errors: &mut Errors,
+) -> Option<Vec<String>> {
     let providers = raw.cloned().unwrap_or_else(|| vec!["cpu".to_owned()]);
+    let allowed = if candle {
+        inference::CANDLE_DEVICES
+    } else {
+        PROVIDERS
+    };
     let mut ok = true;
     for (i, provider) in providers.iter().enumerate() {
-        if !PROVIDERS.contains(&provider.as_str()) {
-            errors.push(
-                format!("{path}.executionProviders[{i}]"),
+        if !allowed.contains(&provider.as_str()) {
+            let message = if PROVIDERS.contains(&provider.as_str()) {
+                format!(
+                    "backend candle runs on {}, not {provider:?} (an ONNX Runtime provider: use \
+                     backend onnx for it)",
+                    allowed.join(" or ")
+                )
+            } else {
                 format!(
                     "unknown provider {provider:?}; use one of: {}",
-                    PROVIDERS.join(", ")
-                ),
-            );
+                    allowed.join(", ")
+                )
+            };
+            errors.push(format!("{path}.executionProviders[{i}]"), message);
             ok = false;
         }
     }
@@ -66,7 +80,7 @@ fn runtime_library(raw: Option<&str>, base: &Path) -> Option<std::path::PathBuf>
 
 pub(super) fn compile_ner(raw: &RawNer, base: &Path, errors: &mut Errors) -> Option<CompiledNer> {
     let path = "inference.ner";
-    let providers = providers(raw.execution_providers.as_ref(), path, errors);
+    let providers = providers(raw.execution_providers.as_ref(), false, path, errors);
     let Some(runtime_library) = runtime_library(raw.runtime_library.as_deref(), base) else {
         errors.push(
             format!("{path}.runtimeLibrary"),
@@ -127,28 +141,15 @@ pub(super) fn compile_encoder(
     let path = "inference.encoder";
     let resolve = |p: &str| base.join(p);
     let model_dir = resolve(&raw.model_dir);
-    let providers = providers(raw.execution_providers.as_ref(), path, errors);
+    let candle = matches!(raw.backend, RawBackend::Candle);
+    let providers = providers(raw.execution_providers.as_ref(), candle, path, errors);
     let ok = providers.is_some();
     let providers = providers.unwrap_or_default();
     let backend = match raw.backend {
-        RawBackend::Candle => {
-            for (i, device) in providers.iter().enumerate() {
-                if !CANDLE_DEVICES.contains(&device.as_str()) {
-                    errors.push(
-                        format!("{path}.executionProviders[{i}]"),
-                        format!(
-                            "backend candle runs on cuda or cpu, not {device:?} (an ONNX Runtime \
-                             provider: use backend onnx for it)"
-                        ),
-                    );
-                    return None;
-                }
-            }
-            Backend::Candle {
-                devices: providers,
-                require_first: raw.require_first_provider,
-            }
-        }
+        RawBackend::Candle => Backend::Candle {
+            devices: providers,
+            require_first: raw.require_first_provider,
+        },
         RawBackend::Onnx => {
             let model = raw.onnx_model.as_deref().map(resolve);
             let library = runtime_library(raw.runtime_library.as_deref(), base);

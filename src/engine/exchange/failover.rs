@@ -100,8 +100,8 @@ impl Exchange {
                     // No model answered: the failure goes on, translated as any failure is.
                     return self.on_response_headers(message);
                 };
-                let mut trace = Trace::clone(&forwarded.trace);
-                set_model(&snapshot, &mut trace, model);
+                let trace = Arc::make_mut(&mut forwarded.trace);
+                set_model(&snapshot, trace, model);
                 let usage = usage_of(&relayed);
                 let mut reply = reply_of(relayed);
                 let obligations = std::mem::take(&mut forwarded.obligations);
@@ -110,7 +110,7 @@ impl Exchange {
                     &state,
                     obligations,
                     &mut reply,
-                    &mut trace,
+                    trace,
                 )
                 .await;
                 if let Some(protocol) = plan.protocol {
@@ -124,8 +124,7 @@ impl Exchange {
                     record.status = u32::from(reply.status);
                     record.response_path = ResponsePath::Fallback.name().to_owned();
                 }
-                let step = Step::reply(reply, &trace, ResponsePath::Fallback);
-                forwarded.trace = Arc::new(trace);
+                let step = Step::reply(reply, trace, ResponsePath::Fallback);
                 // The tenant pays for the model that answered, as it reported.
                 if let Some(forwarded) = &self.forwarded {
                     let answered = (snapshot.models[model].name.as_str(), usage);

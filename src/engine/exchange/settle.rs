@@ -60,7 +60,7 @@ impl Exchange {
         let owed = &mut forwarded.obligations;
         let shown = Arc::make_mut(&mut forwarded.trace);
         let settled = settle_held(snapshot, state, owed, &mut answer, shown).await;
-        let trace = crate::engine::Trace::clone(&forwarded.trace);
+        let trace = Arc::clone(&forwarded.trace);
         let checked = match settled {
             Ok(checked) => checked,
             Err(error) => {
@@ -68,7 +68,7 @@ impl Exchange {
                     guard_passed: Some(false),
                     grounding: None,
                 });
-                return self.refuse(trace, &error);
+                return self.refuse(Arc::unwrap_or_clone(trace), &error);
             }
         };
         self.count_checks(checked);
