@@ -280,11 +280,15 @@ impl Calls {
     }
 }
 
-/// Runs `work` with `calls` collecting the spans of the calls it makes.
-pub async fn collecting<F: std::future::Future>(calls: Option<Arc<Calls>>, work: F) -> F::Output {
+/// Runs `work` with `calls` collecting the spans of the calls it makes. Not an `async fn`: one
+/// would hold `work` twice (as its argument and as the future it awaits).
+pub fn collecting<F: std::future::Future>(
+    calls: Option<Arc<Calls>>,
+    work: F,
+) -> impl std::future::Future<Output = F::Output> {
     match calls {
-        Some(calls) => CALLS.scope(calls, work).await,
-        None => work.await,
+        Some(calls) => futures_util::future::Either::Left(CALLS.scope(calls, work)),
+        None => futures_util::future::Either::Right(work),
     }
 }
 

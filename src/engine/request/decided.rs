@@ -143,9 +143,11 @@ pub(in crate::engine) async fn carry_out(
                     .failover
                     .as_ref()
                     .filter(|policy| !policy.except.contains(&decision.name));
-                loopers::run(
+                // Boxed, as every rarely taken path that awaits calls: the future of a plain
+                // forward stays small, and it is moved and copied on every request.
+                Box::pin(loopers::run(
                     snapshot, client, state, failover, decision, looper, request, trace,
-                )
+                ))
                 .await
             }
             (planned, _, _) => {
@@ -200,7 +202,8 @@ async fn bind(
             forward.obligations = obligations;
         }
         Action::Respond(reply) => {
-            settle_in_hand(snapshot, state, obligations, reply, &mut routed.trace).await;
+            let trace = &mut routed.trace;
+            Box::pin(settle_in_hand(snapshot, state, obligations, reply, trace)).await;
         }
     }
     routed
