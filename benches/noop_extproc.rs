@@ -4,8 +4,12 @@
 //! exactly as it does for mom-router; any other phase Envoy sends passes through unchanged.
 //! `scripts/load.sh` measures mom-router against it behind the same Envoy configuration.
 //!
-//! `cargo run --release --example noop_extproc -- [ADDR] [MODEL]` (default 127.0.0.1:50061,
-//! smollm2-135m).
+//! Given a provider model, it also does the one thing any router of a virtual model name must:
+//! the body's `model` becomes that name (its bytes spliced, `content-length` set), so Envoy
+//! replaces the buffered body as it does for mom-router (`FLOOR=rewrite` in `scripts/load.sh`).
+//!
+//! `cargo run --release --example noop_extproc -- [ADDR] [MODEL] [PROVIDER_MODEL]` (default
+//! 127.0.0.1:50061, smollm2-135m, no rewrite).
 
 use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
@@ -13,37 +17,80 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
     ProcessingMode,
 };
 use envoy_types::pb::envoy::service::ext_proc::v3::{
+    body_mutation::Mutation,
     external_processor_server::{ExternalProcessor, ExternalProcessorServer},
     processing_request::Request,
     processing_response::Response,
-    BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ProcessingRequest,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, ProcessingRequest,
     ProcessingResponse, TrailersResponse,
 };
 use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use tonic::Status;
 
-/// The reply to one phase: what the floor does, and nothing more.
-pub fn reply(request: Request, model: &str) -> Response {
+/// A header set to `value`.
+fn header(key: &str, value: &[u8]) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_owned(),
+            raw_value: value.to_vec(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `body` with the value of its first `"model"` key replaced by `name`; `None` when it has no
+/// such string value. A byte splice, as cheap as a rewrite can be; not a JSON parser.
+pub fn with_model(body: &[u8], name: &str) -> Option<Vec<u8>> {
+    let key = body.windows(7).position(|w| w == b"\"model\"")? + 7;
+    let next = |from: usize| {
+        let skipped = body[from..].iter().position(|b| !b.is_ascii_whitespace())?;
+        Some((from + skipped, body[from + skipped]))
+    };
+    let (colon, b':') = next(key)? else {
+        return None;
+    };
+    let (open, b'"') = next(colon + 1)? else {
+        return None;
+    };
+    let close = open + 1 + body[open + 1..].iter().position(|b| *b == b'"')?;
+    let mut spliced = Vec::with_capacity(body.len() + name.len());
+    spliced.extend_from_slice(&body[..=open]);
+    spliced.extend_from_slice(name.as_bytes());
+    spliced.extend_from_slice(&body[close..]);
+    Some(spliced)
+}
+
+/// The reply to one phase: what the floor does, and nothing more. With `rewrite`, the request
+/// body's model becomes that name.
+pub fn reply(request: Request, model: &str, rewrite: Option<&str>) -> Response {
     match request {
         Request::RequestHeaders(_) => Response::RequestHeaders(HeadersResponse::default()),
-        Request::RequestBody(_) => Response::RequestBody(BodyResponse {
-            response: Some(CommonResponse {
-                header_mutation: Some(HeaderMutation {
-                    set_headers: vec![HeaderValueOption {
-                        header: Some(HeaderValue {
-                            key: "x-selected-model".to_owned(),
-                            raw_value: model.as_bytes().to_vec(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }],
-                    remove_headers: Vec::new(),
+        Request::RequestBody(body) => {
+            let mut set_headers = vec![header("x-selected-model", model.as_bytes())];
+            let spliced = rewrite.and_then(|name| with_model(&body.body, name));
+            let body_mutation = spliced.map(|spliced| {
+                set_headers.push(header(
+                    "content-length",
+                    spliced.len().to_string().as_bytes(),
+                ));
+                BodyMutation {
+                    mutation: Some(Mutation::Body(spliced)),
+                }
+            });
+            Response::RequestBody(BodyResponse {
+                response: Some(CommonResponse {
+                    header_mutation: Some(HeaderMutation {
+                        set_headers,
+                        remove_headers: Vec::new(),
+                    }),
+                    body_mutation,
+                    clear_route_cache: true,
+                    ..Default::default()
                 }),
-                clear_route_cache: true,
-                ..Default::default()
-            }),
-        }),
+            })
+        }
         Request::ResponseHeaders(_) => Response::ResponseHeaders(HeadersResponse::default()),
         Request::ResponseBody(_) => Response::ResponseBody(BodyResponse::default()),
         Request::RequestTrailers(_) => Response::RequestTrailers(TrailersResponse::default()),
@@ -68,6 +115,8 @@ pub fn request_only() -> ProcessingMode {
 pub struct Noop {
     /// The model every request is routed to.
     pub model: String,
+    /// The name written into each request body's `model`, when set.
+    pub rewrite: Option<String>,
 }
 
 type Replies = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
@@ -80,12 +129,12 @@ impl ExternalProcessor for Noop {
         &self,
         request: tonic::Request<tonic::Streaming<ProcessingRequest>>,
     ) -> Result<tonic::Response<Replies>, Status> {
-        let model = self.model.clone();
+        let Noop { model, rewrite } = self.clone();
         let replies = request.into_inner().filter_map(move |message| {
             let reply = message.ok().and_then(|m| m.request).map(|request| {
                 let headers = matches!(request, Request::RequestHeaders(_));
                 Ok(ProcessingResponse {
-                    response: Some(reply(request, &model)),
+                    response: Some(reply(request, &model, rewrite.as_deref())),
                     mode_override: headers.then(request_only),
                     ..Default::default()
                 })
@@ -96,15 +145,12 @@ impl ExternalProcessor for Noop {
     }
 }
 
-/// Serves [`Noop`] on `listener` until the process ends.
+/// Serves `noop` on `listener` until the process ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    model: &str,
+    noop: Noop,
 ) -> Result<(), tonic::transport::Error> {
-    let service = ExternalProcessorServer::new(Noop {
-        model: model.to_owned(),
-    })
-    .max_decoding_message_size(64 << 20);
+    let service = ExternalProcessorServer::new(noop).max_decoding_message_size(64 << 20);
     tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
@@ -120,8 +166,12 @@ async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:50061".to_owned());
     let model = args.next().unwrap_or_else(|| "smollm2-135m".to_owned());
+    let rewrite = args.next();
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    eprintln!("no-op ext_proc on {addr}, routing to {model}");
-    serve(listener, &model).await?;
+    match &rewrite {
+        Some(name) => eprintln!("no-op ext_proc on {addr}, routing to {model} as {name}"),
+        None => eprintln!("no-op ext_proc on {addr}, routing to {model}"),
+    }
+    serve(listener, Noop { model, rewrite }).await?;
     Ok(())
 }

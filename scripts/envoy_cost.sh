@@ -38,11 +38,13 @@ def without_jwt(text):
     return text[:start] + text[end:]
 
 def without_headers(text):
+    def added(line):
+        return "key: x-mom-" in line and "%DYNAMIC_METADATA(mom_router:" in line
     lines, out, i = text.split("\n"), [], 0
     while i < len(lines):
-        if lines[i].strip() == "response_headers_to_add:" and "mom_router:headers:" in lines[i + 1]:
+        if lines[i].strip() == "response_headers_to_add:" and added(lines[i + 1]):
             i += 1
-            while "mom_router:headers:" in lines[i]:
+            while added(lines[i]):
                 i += 1
             continue
         out.append(lines[i])

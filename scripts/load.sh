@@ -11,7 +11,9 @@
 #   MOM_BIN=path runs that mom-router binary instead of this checkout's (another commit's build)
 #   FLOOR=1 adds the mechanism's floor: a no-op ext_proc server (benches/noop_extproc.rs) behind a
 #   second Envoy from the same configuration (ports moved by 100; admin 9911, ext_proc 50061),
-#   and reports mom-router's added latency and CPU per request as ratios to it.
+#   and reports mom-router's added latency and CPU per request as ratios to it. FLOOR=rewrite
+#   has the no-op server also write the provider model into the body, as any router of a virtual
+#   model name must (Envoy then replaces the buffered body, as it does for mom-router).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$MOM_ROOT"
@@ -38,8 +40,14 @@ ENVOY=$!
 PIDS+=($ENVOY)
 READY=(http://127.0.0.1:9190/ready http://127.0.0.1:9901/ready http://127.0.0.1:8101/health)
 FLOOR_TARGET=()
-if [ "${FLOOR:-0}" = 1 ]; then
-  "$BIN/examples/noop_extproc" 127.0.0.1:50061 smollm2-135m 2>"$RUN/noop.log" &
+case "${FLOOR:-0}" in
+  0) ;;
+  1) FLOOR_ARGS=(smollm2-135m) ;;
+  rewrite) FLOOR_ARGS=(smollm2-135m SmolLM2-135M-Instruct) ;;
+  *) die "FLOOR is 0, 1 or rewrite, not '$FLOOR'" ;;
+esac
+if [ "${FLOOR:-0}" != 0 ]; then
+  "$BIN/examples/noop_extproc" 127.0.0.1:50061 "${FLOOR_ARGS[@]}" 2>"$RUN/noop.log" &
   NOOP=$!
   PIDS+=($NOOP)
   sed -e 's/port_value: 10000/port_value: 10100/; s/port_value: 10001/port_value: 10101/' \
@@ -79,7 +87,7 @@ for _ in $(seq 1 "$ROUNDS"); do
   "$BIN/examples/loadgen" "$COUNT" "$CPU_AT" "envoy+mom-router=http://127.0.0.1:10000/v1/chat/completions" >/dev/null
   router_cpu=$(( router_cpu + $(cpu_ms $ROUTER) - router_before ))
   envoy_cpu=$(( envoy_cpu + $(cpu_ms $ENVOY) - envoy_before ))
-  if [ "${FLOOR:-0}" = 1 ]; then
+  if [ "${FLOOR:-0}" != 0 ]; then
     noop_before=$(cpu_ms $NOOP); floor_envoy_before=$(cpu_ms $FLOOR_ENVOY)
     "$BIN/examples/loadgen" "$COUNT" "$CPU_AT" "${FLOOR_TARGET[0]}" >/dev/null
     noop_cpu=$(( noop_cpu + $(cpu_ms $NOOP) - noop_before ))
@@ -88,7 +96,7 @@ for _ in $(seq 1 "$ROUNDS"); do
 done
 total=$(( ROUNDS * (COUNT + CPU_AT * 20) ))
 say "CPU per request at c=$CPU_AT through envoy+mom-router: mom-router $(( router_cpu * 1000 / total )) µs, Envoy $(( envoy_cpu * 1000 / total )) µs"
-if [ "${FLOOR:-0}" = 1 ]; then
+if [ "${FLOOR:-0}" != 0 ]; then
   say "CPU per request at c=$CPU_AT through envoy+noop-ext_proc: the no-op server $(( noop_cpu * 1000 / total )) µs, its Envoy $(( floor_envoy_cpu * 1000 / total )) µs"
   awk -v c="$CPU_AT" -v r="$router_cpu" -v n="$noop_cpu" -v e="$envoy_cpu" -v f="$floor_envoy_cpu" 'BEGIN {
     if (n > 0 && f > 0) printf "==> CPU ratio to the floor at c=%d: mom-router x%.2f of the no-op server, its Envoy x%.2f\n", c, r / n, e / f }'

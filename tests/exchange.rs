@@ -1,7 +1,7 @@
 //! The exchange driven in its own terms, with no proxy and no wire format: messages in, steps
 //! out. A chat request is forwarded and its response passed on with the `x-mom-*` headers; a
 //! refusal is answered on the immediate path; a proxy that adds the headers itself skips the
-//! response phases and gets them in the outcome.
+//! response phases and reads each from the outcome, as `envoy/quickstart.yaml` lists them.
 #![allow(
     clippy::unwrap_used,
     clippy::panic,
@@ -145,8 +145,52 @@ async fn a_refusal_is_answered_now_on_the_immediate_path() {
     assert_eq!(text(&outcome, "error"), Some(reply.code.label()));
 }
 
+/// The `x-mom-*` response headers `envoy/quickstart.yaml` adds from the `mom_router` metadata,
+/// each with the field it reads.
+fn headers_envoy_adds() -> Vec<(String, String)> {
+    fn walk(value: &serde_yaml::Value, found: &mut Vec<(String, String)>) {
+        match value {
+            serde_yaml::Value::Mapping(map) => {
+                let key = value["header"]["key"].as_str();
+                let read = value["header"]["value"].as_str();
+                let field = read.and_then(|v| v.strip_prefix("%DYNAMIC_METADATA(mom_router:"));
+                if let (Some(key), Some(field)) = (key, field.and_then(|f| f.strip_suffix(")%"))) {
+                    let pair = (key.to_owned(), field.to_owned());
+                    if !found.contains(&pair) {
+                        found.push(pair);
+                    }
+                }
+                map.values().for_each(|v| walk(v, found));
+            }
+            serde_yaml::Value::Sequence(items) => items.iter().for_each(|v| walk(v, found)),
+            _ => {}
+        }
+    }
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../envoy/quickstart.yaml")).unwrap();
+    let mut found = Vec::new();
+    walk(&config, &mut found);
+    found
+}
+
 #[tokio::test]
-async fn a_proxy_that_adds_the_headers_skips_the_response_phases_and_gets_them_in_the_outcome() {
+async fn a_proxy_that_adds_the_headers_skips_the_response_phases_and_reads_each_from_the_outcome() {
+    let added = headers_envoy_adds();
+    assert_eq!(added.len(), 14, "{added:?}");
+
+    // The headers mom-router sets itself when it watches the response.
+    let mut watched = exchange(Proxy::default());
+    watched.handle(chat_headers()).await;
+    watched.handle(chat_body("hello there")).await;
+    let response = Message::ResponseHeaders(Head {
+        headers: Headers::new([(":status".to_owned(), "200".to_owned())]),
+        end_of_stream: false,
+        run_id: None,
+    });
+    let Step::PassResponseHeaders { set, .. } = watched.handle(response).await else {
+        panic!("response headers not passed on");
+    };
+
     let mut exchange = exchange(Proxy {
         adds_headers: true,
         ..Proxy::default()
@@ -164,14 +208,26 @@ async fn a_proxy_that_adds_the_headers_skips_the_response_phases_and_gets_them_i
     let Step::Forward { outcome, .. } = exchange.handle(chat_body("hello there")).await else {
         panic!("not forwarded");
     };
-    let headers = outcome.0.iter().find_map(|(name, field)| match field {
-        Field::Headers(headers) if *name == "headers" => Some(headers),
-        _ => None,
-    });
-    let Some(headers) = headers else {
-        panic!("the x-mom-* headers travel in the outcome: {outcome:?}");
-    };
-    assert!(headers
-        .iter()
-        .any(|(name, value)| *name == "x-mom-model" && value == "small"));
+    assert_eq!(text(&outcome, "model"), Some("small"));
+    for (name, _) in set.iter().filter(|(name, _)| name.starts_with("x-mom-")) {
+        assert!(
+            added.iter().any(|(header, _)| header == name),
+            "the proxy adds {name} too"
+        );
+    }
+    for (header, field) in &added {
+        let own = set
+            .iter()
+            .find(|(name, _)| name == header)
+            .map(|(_, v)| v.as_str());
+        let read = text(&outcome, field);
+        if header == "x-mom-run-id" {
+            // Each request has its own.
+            assert_eq!(read.map(str::len), Some(32), "{outcome:?}");
+            assert_eq!(own.map(str::len), Some(32));
+        } else {
+            assert_eq!(read, own, "{header} reads {field}: {outcome:?}");
+        }
+    }
+    assert!(text(&outcome, "confidence_label").is_some(), "{outcome:?}");
 }

@@ -14,7 +14,8 @@ mod noop;
 
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::HeaderSendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    processing_request::Request, processing_response::Response, HttpBody, HttpHeaders, HttpTrailers,
+    body_mutation::Mutation, processing_request::Request, processing_response::Response, HttpBody,
+    HttpHeaders, HttpTrailers,
 };
 use support::stack::{ask, Stack};
 
@@ -30,7 +31,7 @@ fn every_phase_gets_its_own_reply() {
     ];
     for phase in phases {
         let name = format!("{phase:?}");
-        let answered = match (&phase, noop::reply(phase.clone(), "m")) {
+        let answered = match (&phase, noop::reply(phase.clone(), "m", None)) {
             (Request::RequestHeaders(_), Response::RequestHeaders(_))
             | (Request::RequestTrailers(_), Response::RequestTrailers(_))
             | (Request::ResponseHeaders(_), Response::ResponseHeaders(_))
@@ -56,23 +57,70 @@ fn every_phase_gets_its_own_reply() {
     );
 }
 
+#[test]
+fn the_rewriting_floor_splices_the_model_and_sets_the_length() {
+    let body = br#"{"messages":[{"role":"user","content":"a \"model\": trap"}], "model" : "mom/auto","n":1}"#;
+    let spliced = noop::with_model(body, "Qwen2.5-Coder-0.5B-Instruct").unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&spliced).unwrap();
+    assert_eq!(json["model"], "Qwen2.5-Coder-0.5B-Instruct");
+    assert_eq!(json["messages"][0]["content"], "a \"model\": trap");
+    assert_eq!(noop::with_model(br#"{"model": 7, "x": "y"}"#, "m"), None);
+    assert_eq!(noop::with_model(br#"{"messages": []}"#, "m"), None);
+
+    let request = Request::RequestBody(HttpBody {
+        body: body.to_vec(),
+        end_of_stream: true,
+        ..Default::default()
+    });
+    let Response::RequestBody(reply) = noop::reply(request, "m", Some("Served-Name")) else {
+        panic!("a body phase gets a body reply");
+    };
+    let common = reply.response.unwrap();
+    let Some(Mutation::Body(new_body)) = common.body_mutation.unwrap().mutation else {
+        panic!("the body is replaced");
+    };
+    let set = common.header_mutation.unwrap().set_headers;
+    let length = set
+        .iter()
+        .find_map(|h| h.header.as_ref().filter(|h| h.key == "content-length"));
+    assert_eq!(
+        length.unwrap().raw_value,
+        new_body.len().to_string().as_bytes()
+    );
+    assert!(String::from_utf8(new_body)
+        .unwrap()
+        .contains(r#""model" : "Served-Name""#));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_envoy_a_request_reaches_the_model_the_floor_names() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server = tokio::spawn(async move { noop::serve(listener, "qwen2.5-coder-0.5b").await });
-    let stack = Stack::start_with_processor(port).await;
-    let response = stack.chat(&ask("hello"), "floor").await;
-    assert_eq!(response.status(), 200);
-    let _ = response.bytes().await.unwrap();
-    let coder = stack.backends["qwen2.5-coder-0.5b"]
-        .seen
-        .lock()
-        .unwrap()
-        .len();
-    assert_eq!(coder, 1, "routed on the model the floor set");
-    assert_eq!(stack.requests_seen(), 1);
-    server.abort();
+    for rewrite in [None, Some("Qwen2.5-Coder-0.5B-Instruct")] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let floor = noop::Noop {
+            model: "qwen2.5-coder-0.5b".to_owned(),
+            rewrite: rewrite.map(str::to_owned),
+        };
+        let server = tokio::spawn(async move { noop::serve(listener, floor).await });
+        let stack = Stack::start_with_processor(port).await;
+        let response = stack.chat(&ask("hello"), "floor").await;
+        assert_eq!(response.status(), 200);
+        let _ = response.bytes().await.unwrap();
+        let seen = stack.backends["qwen2.5-coder-0.5b"]
+            .seen
+            .lock()
+            .unwrap()
+            .clone();
+        assert_eq!(seen.len(), 1, "routed on the model the floor set");
+        assert_eq!(stack.requests_seen(), 1);
+        let body: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+        assert_eq!(
+            body["model"],
+            rewrite.unwrap_or("mom/auto"),
+            "the model upstream"
+        );
+        server.abort();
+    }
 }
 
 #[path = "../examples/loadgen.rs"]

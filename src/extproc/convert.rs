@@ -157,12 +157,6 @@ fn value(field: Field) -> Value {
     let kind = match field {
         Field::Text(text) => Kind::StringValue(text),
         Field::Number(n) => Kind::NumberValue(n),
-        Field::Headers(headers) => Kind::StructValue(Struct {
-            fields: headers
-                .into_iter()
-                .map(|(name, v)| (name.to_owned(), value(Field::Text(v))))
-                .collect(),
-        }),
     };
     Value { kind: Some(kind) }
 }

@@ -16,8 +16,9 @@ use tonic::{Request, Response, Status, Streaming};
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// gRPC metadata an Envoy sets on its ext_proc stream (value `dynamic-metadata`) when its route
-/// configuration adds every `x-mom-*` response header from `mom_router.headers` in the dynamic
-/// metadata: responses that owe mom-router nothing then skip the response phases.
+/// configuration adds every `x-mom-*` response header from the `mom_router` dynamic metadata
+/// field holding its text ([`crate::engine::exchange::Outcome::with_headers`]): responses that
+/// owe mom-router nothing then skip the response phases.
 pub const RESPONSE_HEADERS_METADATA: &str = "x-mom-response-headers";
 
 /// The value of [`RESPONSE_HEADERS_METADATA`] that declares it.
