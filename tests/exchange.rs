@@ -55,6 +55,15 @@ fn chat_body(text: &str) -> Message {
     })
 }
 
+/// The response headers of a 200 answer.
+fn ok_response() -> Message {
+    Message::ResponseHeaders(Head {
+        headers: Headers::new([(":status".to_owned(), "200".to_owned())]),
+        end_of_stream: false,
+        run_id: None,
+    })
+}
+
 fn text<'a>(outcome: &'a Outcome, name: &str) -> Option<&'a str> {
     outcome.0.iter().find_map(|(n, field)| match field {
         Field::Text(value) if *n == name => Some(value.as_str()),
@@ -91,11 +100,7 @@ async fn a_chat_request_is_forwarded_and_its_response_passed_on_with_the_decisio
         "a watched response gets its headers in the response phase"
     );
 
-    let response = Message::ResponseHeaders(Head {
-        headers: Headers::new([(":status".to_owned(), "200".to_owned())]),
-        end_of_stream: false,
-        run_id: None,
-    });
+    let response = ok_response();
     let Step::PassResponseHeaders { set, .. } = exchange.handle(response).await else {
         panic!("response headers not passed on");
     };
@@ -182,11 +187,7 @@ async fn a_proxy_that_adds_the_headers_skips_the_response_phases_and_reads_each_
     let mut watched = exchange(Proxy::default());
     watched.handle(chat_headers()).await;
     watched.handle(chat_body("hello there")).await;
-    let response = Message::ResponseHeaders(Head {
-        headers: Headers::new([(":status".to_owned(), "200".to_owned())]),
-        end_of_stream: false,
-        run_id: None,
-    });
+    let response = ok_response();
     let Step::PassResponseHeaders { set, .. } = watched.handle(response).await else {
         panic!("response headers not passed on");
     };

@@ -184,10 +184,7 @@ impl Trace {
             headers.push(("x-mom-decision", self.decision_label().to_owned()));
             headers.push(("x-mom-model", model.clone()));
             headers.push(("x-mom-algorithm", self.algorithm.to_owned()));
-            headers.push((
-                "x-mom-confidence",
-                super::decimal::fixed(self.confidence, 3),
-            ));
+            headers.push(("x-mom-confidence", self.confidence_label()));
             if !self.scores.is_empty() {
                 headers.push(("x-mom-scores", self.scores_label()));
                 headers.push(("x-mom-selection-reason", self.selection_reason.clone()));
@@ -246,6 +243,11 @@ impl Trace {
             }
         }
         headers
+    }
+
+    /// The confidence with three decimals, as the `x-mom-confidence` header carries it.
+    pub fn confidence_label(&self) -> String {
+        super::decimal::fixed(self.confidence, 3)
     }
 
     /// `model=score` pairs, comma-separated, as the `x-mom-scores` header carries them.

@@ -270,7 +270,7 @@ impl Exchange {
             Pending::Request(body) => ("request_body", self.on_request_body(body).await),
             Pending::Settle(answer) => (
                 "response_body",
-                crate::observability::spans::collecting(calls, Box::pin(self.settle(answer))).await,
+                crate::observability::spans::collecting(calls, self.settle(answer)).await,
             ),
             Pending::FailOver(failure) => {
                 ("response_headers", Box::pin(self.fail_over(failure)).await)
@@ -310,7 +310,7 @@ impl Exchange {
                             (REPAIR_DEADLINE + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT),
                         );
                     }
-                    Ok(answer) => Box::pin(self.settle(answer)).await,
+                    Ok(answer) => self.settle(answer).await,
                     Err(chunk) => self.on_response_body(&chunk),
                 };
                 self.note_refusal(&step);

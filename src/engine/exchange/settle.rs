@@ -49,7 +49,13 @@ impl Exchange {
     /// the same model, with the masked conversation, or refused when the contract says `fail`),
     /// then what every complete answer owes ([`settle_held`]: answer guard, grounding, masked
     /// values restored, the cache's copy), and the answer translated into the client's protocol.
-    pub(super) async fn settle(&mut self, mut answer: Held) -> Step {
+    /// Boxed, as every rarely taken path that awaits calls: the future of one message, which
+    /// every request moves, stays small.
+    pub(super) fn settle(&mut self, answer: Held) -> futures_util::future::BoxFuture<'_, Step> {
+        Box::pin(self.settle_held_answer(answer))
+    }
+
+    async fn settle_held_answer(&mut self, mut answer: Held) -> Step {
         if let Some(refused) = self.settle_contract(&mut answer).await {
             return refused;
         }

@@ -281,7 +281,7 @@ impl Outcome {
                 .push(("identity_version", Field::Text(version.clone())));
         }
         if trace.model.is_some() {
-            let label = crate::engine::decimal::fixed(trace.confidence, 3);
+            let label = trace.confidence_label();
             outcome.0.push(("confidence_label", Field::Text(label)));
         }
         outcome
