@@ -200,7 +200,7 @@ pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     let exchanges = Exchanges::new(store.clone(), metrics.clone(), services)
         .with_records(records)
         .with_spans(spans);
-    let service = ExtProcService::new(exchanges).into_server();
+    let service = ExtProcService::new(exchanges);
     let grpc = tonic::transport::Server::builder().add_service(service);
     let grpc_addr = match grpc_listen {
         Listen::Tcp(addr) => {

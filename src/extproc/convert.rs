@@ -1,9 +1,10 @@
 //! Proto ↔ domain: the only file that reads and builds ext_proc messages. Each message from
 //! Envoy becomes an exchange [`Message`]; each [`Step`] the exchange answers becomes Envoy's
-//! reply, its [`Outcome`] the `mom_router` dynamic metadata.
+//! reply ([`Reply`]), its [`Outcome`] the `mom_router` dynamic metadata.
 
-use crate::engine::exchange::{Body, BodyMode, Field, Head, HeaderSet, Message, Outcome, Step};
-use crate::engine::{Forward, Headers, Reply};
+use super::reply::Reply;
+use crate::engine::exchange::{Body, BodyMode, Head, HeaderSet, Message, Outcome, Step};
+use crate::engine::{self, Forward, Headers};
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption, Metadata,
 };
@@ -19,7 +20,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     ProcessingResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
-use std::collections::HashMap;
 
 /// Dynamic-metadata namespace Envoy must list in `receiving_namespaces.untyped`.
 pub const METADATA_NAMESPACE: &str = "mom_router";
@@ -114,8 +114,8 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
 }
 
 /// Envoy's reply for the exchange's step.
-pub fn reply(step: Step) -> ProcessingResponse {
-    match step {
+pub fn reply(step: Step) -> Reply {
+    let reply = match step {
         Step::PassRequestHeaders { watch_response } => {
             let mut reply = continue_request_headers();
             if !watch_response {
@@ -129,14 +129,17 @@ pub fn reply(step: Step) -> ProcessingResponse {
         Step::Forward {
             forward: f,
             outcome,
-        } => forward(f, outcome),
+        } => return with_metadata(forward(f), Some(outcome)),
         Step::Reply {
             reply,
             headers,
             outcome,
-        } => immediate(reply, headers, outcome),
+        } => return with_metadata(immediate(reply, headers), Some(outcome)),
         Step::PassResponseHeaders { set, remove, body } => response_headers(set, remove, body),
-        Step::PassResponseBody { set, body, outcome } => response_body(set, body, outcome),
+        Step::PassResponseBody { set, body, outcome } => {
+            let stays = set.is_empty() && body.is_none() && outcome.is_none();
+            return with_metadata(response_body(set, body, stays), outcome);
+        }
         Step::PassRequestTrailers => ProcessingResponse {
             response: Some(Response::RequestTrailers(TrailersResponse::default())),
             ..Default::default()
@@ -145,35 +148,21 @@ pub fn reply(step: Step) -> ProcessingResponse {
             response: Some(Response::ResponseTrailers(TrailersResponse::default())),
             ..Default::default()
         },
+    };
+    Reply::from(reply)
+}
+
+/// A reply whose `mom_router` metadata is `outcome`'s fields.
+fn with_metadata(response: ProcessingResponse, outcome: Option<Outcome>) -> Reply {
+    Reply {
+        response,
+        metadata: outcome,
     }
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
     set.into_iter()
         .map(|(name, value)| set_header(name, &value))
-}
-
-fn value(field: Field) -> Value {
-    let kind = match field {
-        Field::Text(text) => Kind::StringValue(text),
-        Field::Number(n) => Kind::NumberValue(n),
-    };
-    Value { kind: Some(kind) }
-}
-
-/// The `mom_router` dynamic metadata describing an outcome.
-pub fn metadata(outcome: Outcome) -> Struct {
-    let fields: HashMap<String, Value> = outcome
-        .0
-        .into_iter()
-        .map(|(name, field)| (name.to_owned(), value(field)))
-        .collect();
-    let namespace = Value {
-        kind: Some(Kind::StructValue(Struct { fields })),
-    };
-    Struct {
-        fields: HashMap::from([(METADATA_NAMESPACE.to_owned(), namespace)]),
-    }
 }
 
 /// A reply that only extends Envoy's timer for the current message (up to the filter's
@@ -211,7 +200,7 @@ fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) 
 
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
 /// Takes the rewritten body by value so it is not copied.
-fn forward(forward: Forward, outcome: Outcome) -> ProcessingResponse {
+fn forward(forward: Forward) -> ProcessingResponse {
     let mut set_headers = vec![
         set_header(SELECTED_MODEL_HEADER, &forward.model),
         set_header("content-length", &forward.body.len().to_string()),
@@ -234,13 +223,12 @@ fn forward(forward: Forward, outcome: Outcome) -> ProcessingResponse {
         response: Some(Response::RequestBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: Some(metadata(outcome)),
         ..Default::default()
     }
 }
 
-/// An immediate reply with its body, its own headers, the `x-mom-*` headers and metadata.
-fn immediate(reply: Reply, headers: Vec<HeaderSet>, outcome: Outcome) -> ProcessingResponse {
+/// An immediate reply with its body, its own headers and the `x-mom-*` headers.
+fn immediate(reply: engine::Reply, headers: Vec<HeaderSet>) -> ProcessingResponse {
     let typed = reply
         .headers
         .iter()
@@ -264,7 +252,6 @@ fn immediate(reply: Reply, headers: Vec<HeaderSet>, outcome: Outcome) -> Process
             body: reply.body,
             ..Default::default()
         })),
-        dynamic_metadata: Some(metadata(outcome)),
         ..Default::default()
     }
 }
@@ -301,14 +288,14 @@ fn response_headers(set: Vec<HeaderSet>, remove: Vec<&str>, body: BodyMode) -> P
     }
 }
 
-/// The response-body reply: the chunk passed on or replaced, headers set while Envoy holds them
-/// (a BUFFERED body), and the metadata once a check finished.
+/// The response-body reply: the chunk passed on (`unchanged`) or replaced, headers set while
+/// Envoy holds them (a BUFFERED body).
 fn response_body(
     set: Vec<HeaderSet>,
     body: Option<Vec<u8>>,
-    outcome: Option<Outcome>,
+    unchanged: bool,
 ) -> ProcessingResponse {
-    if set.is_empty() && body.is_none() && outcome.is_none() {
+    if unchanged {
         return ProcessingResponse {
             response: Some(Response::ResponseBody(BodyResponse::default())),
             ..Default::default()
@@ -328,7 +315,6 @@ fn response_body(
         response: Some(Response::ResponseBody(BodyResponse {
             response: Some(common),
         })),
-        dynamic_metadata: outcome.map(metadata),
         ..Default::default()
     }
 }

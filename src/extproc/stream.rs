@@ -2,8 +2,9 @@
 //! handed back as Envoy's replies, in order.
 
 use super::convert;
+use super::reply::Reply;
 use crate::engine::exchange::Exchange;
-use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
 
 /// The exchange behind one ext_proc stream.
 pub struct StreamState {
@@ -17,12 +18,12 @@ impl StreamState {
     }
 
     /// Replies to a message held back by [`StreamState::handle`]; `None` when nothing is held.
-    pub async fn resume(&mut self) -> Option<ProcessingResponse> {
+    pub async fn resume(&mut self) -> Option<Reply> {
         self.exchange.resume().await.map(convert::reply)
     }
 
     /// Replies to one message from Envoy; `None` when the message carries no phase.
-    pub async fn handle(&mut self, message: ProcessingRequest) -> Option<ProcessingResponse> {
+    pub async fn handle(&mut self, message: ProcessingRequest) -> Option<Reply> {
         let message = convert::message(message)?;
         Some(convert::reply(self.exchange.handle(message).await))
     }
