@@ -4,6 +4,7 @@
 
 mod bundle;
 mod eval;
+mod finetune;
 mod promote;
 mod replay;
 mod train;
@@ -97,6 +98,8 @@ enum Command {
     },
     /// Fit a classification head on frozen sentence embeddings of labelled examples.
     Train(train::TrainArgs),
+    /// Train the sentence encoder's top layers on labelled examples; write the encoder.
+    Finetune(finetune::FinetuneArgs),
     /// Learn allocation from evaluation traces: a router head predicting, per model, P(correct)
     /// and cost, read by the `learned` selection algorithm.
     TrainRouter(train_router::TrainRouterArgs),
@@ -187,6 +190,10 @@ pub fn main() -> ExitCode {
         Command::Train(args) => {
             crate::observability::logging::init(false);
             train::run_train(args)
+        }
+        Command::Finetune(args) => {
+            crate::observability::logging::init(false);
+            finetune::run(&args)
         }
         Command::TrainRouter(args) => {
             crate::observability::logging::init(false);

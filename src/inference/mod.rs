@@ -12,7 +12,7 @@ mod onnx_session;
 mod registry;
 mod router_head;
 mod router_input;
-mod tokenize;
+pub(crate) mod tokenize;
 pub mod worker;
 
 pub use candle_bert::DEVICES as CANDLE_DEVICES;

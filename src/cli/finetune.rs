@@ -1,0 +1,84 @@
+//! `mom-router finetune`: arguments and report.
+
+use crate::train::{self, FinetuneOptions};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `finetune`.
+#[derive(Debug, Args)]
+pub struct FinetuneArgs {
+    /// The encoder directory (`config.json`, `model.safetensors`, `tokenizer.json`).
+    #[arg(long)]
+    encoder: PathBuf,
+    /// Labelled examples, JSON Lines with `text` and `label`.
+    #[arg(long)]
+    data: PathBuf,
+    /// Output encoder directory (created): the same files, the trained layers' weights changed.
+    #[arg(long)]
+    out: PathBuf,
+    /// How many of the top layers are trained.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Passes over the training examples.
+    #[arg(long, default_value_t = 1)]
+    epochs: usize,
+    /// Examples per step.
+    #[arg(long, default_value_t = 16)]
+    batch_size: usize,
+    /// AdamW learning rate of the encoder's layers.
+    #[arg(long, default_value_t = 5e-5)]
+    learning_rate: f64,
+    /// AdamW learning rate of the training head.
+    #[arg(long, default_value_t = 0.01)]
+    head_learning_rate: f64,
+    /// Inputs are truncated to this many tokens.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Percentage of examples held out (by text hash, as `train` splits) and scored, 1 to 90.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=90))]
+    holdout: u32,
+    /// Train on at most this many examples (a seeded choice).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Seed of the choice and of the batches' order.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+/// Runs `finetune`.
+pub fn run(args: &FinetuneArgs) -> ExitCode {
+    let options = FinetuneOptions {
+        encoder: args.encoder.clone(),
+        data: args.data.clone(),
+        out: args.out.clone(),
+        layers: args.layers,
+        epochs: args.epochs,
+        batch_size: args.batch_size,
+        learning_rate: args.learning_rate,
+        head_learning_rate: args.head_learning_rate,
+        max_tokens: args.max_tokens,
+        holdout: args.holdout,
+        limit: args.limit,
+        seed: args.seed,
+    };
+    match train::finetune(&options) {
+        Ok(done) => {
+            let losses: Vec<String> = done.losses.iter().map(|l| format!("{l:.4}")).collect();
+            super::write_stdout(&format!(
+                "wrote {}\ntrained on {} examples, loss by epoch {}\nheld out ({}%, {} examples): \
+                 training head accuracy {:.4}",
+                options.out.display(),
+                done.trained,
+                losses.join(", "),
+                options.holdout,
+                done.held_out,
+                done.held_out_accuracy
+            ))
+        }
+        Err(e) => {
+            eprintln!("mom-router finetune: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! `mom-router finetune` on the real all-MiniLM-L6-v2: the encoder it writes loads on the Candle
+//! backend; with nothing learnt it embeds exactly as the original, and training moves it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test helpers fail loudly"
+)]
+
+mod support;
+
+use mom_router::inference::{Backend, EncoderHandle, EncoderSpec};
+use mom_router::train::{finetune, FinetuneOptions};
+use std::path::{Path, PathBuf};
+use support::encoders::{cache, settings};
+
+fn examples(dir: &Path) -> PathBuf {
+    let dishes = [
+        "soup", "bread", "risotto", "curry", "pancakes", "salad", "stew", "pie",
+    ];
+    let tasks = [
+        "parse JSON",
+        "sort a list",
+        "read a file",
+        "merge two maps",
+        "retry a call",
+    ];
+    let mut lines = Vec::new();
+    for dish in dishes {
+        for how in ["How long should I cook", "What spices go well in"] {
+            let text = format!("{how} a {dish} for four people?");
+            lines.push(serde_json::json!({"text": text, "label": "cooking"}).to_string());
+        }
+    }
+    for task in tasks {
+        for lang in ["Python", "Rust", "Go"] {
+            let text = format!("Write a {lang} function to {task} with error handling.");
+            lines.push(serde_json::json!({"text": text, "label": "code"}).to_string());
+        }
+    }
+    let path = dir.join("examples.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+fn options(dir: &Path, out: &str, learning_rate: f64, epochs: usize) -> FinetuneOptions {
+    FinetuneOptions {
+        encoder: cache("models/all-MiniLM-L6-v2"),
+        data: examples(dir),
+        out: dir.join(out),
+        layers: 1,
+        epochs,
+        batch_size: 8,
+        learning_rate,
+        head_learning_rate: 0.05,
+        max_tokens: 64,
+        holdout: 50,
+        limit: None,
+        seed: 7,
+    }
+}
+
+fn embed(model_dir: PathBuf, texts: &[&str]) -> Vec<Vec<f32>> {
+    let spec = EncoderSpec {
+        backend: Backend::Candle {
+            devices: vec!["cpu".to_owned()],
+            require_first: true,
+        },
+        model_dir,
+        max_tokens: 64,
+        threads: 1,
+        batch: settings(8, 1, 64),
+    };
+    let texts: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
+    let embedded = EncoderHandle::spawn(spec).unwrap().embed_blocking(&texts);
+    embedded.unwrap().iter().map(|v| v.to_vec()).collect()
+}
+
+fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+const PROBES: [&str; 3] = [
+    "How long should I cook a lasagne?",
+    "Write a Python function to parse JSON.",
+    "What is the capital of France?",
+];
+
+#[test]
+fn with_nothing_learnt_the_written_encoder_embeds_as_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = finetune(&options(dir.path(), "same", 0.0, 1)).unwrap();
+    assert!(done.trained > 0 && done.held_out > 0);
+    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
+    let written = embed(dir.path().join("same"), &PROBES);
+    assert!(worst(&original, &written) < 1e-6);
+}
+
+#[test]
+fn training_lowers_the_loss_and_moves_the_embedding() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = finetune(&options(dir.path(), "trained", 1e-3, 4)).unwrap();
+    assert_eq!(done.losses.len(), 4);
+    let (first, last) = (done.losses[0], done.losses[3]);
+    assert!(last < first * 0.8, "loss {first} then {last}");
+    assert!(done.held_out_accuracy >= 0.9, "{}", done.held_out_accuracy);
+    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
+    let written = embed(dir.path().join("trained"), &PROBES);
+    assert!(worst(&original, &written) > 1e-3);
+    for vector in &written {
+        let norm: f32 = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+}
+
+#[test]
+fn layers_outside_the_encoder_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for layers in [0, 7] {
+        let mut bad = options(dir.path(), "bad", 1e-3, 1);
+        bad.layers = layers;
+        let error = finetune(&bad).unwrap_err().to_string();
+        assert!(error.contains("--layers must be 1 to 6"), "{error}");
+    }
+}
