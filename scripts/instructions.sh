@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Instructions mom-router spends on one ext_proc stream of the rule path (request headers and
-# body answered, the stream closed), counted by callgrind: benches/stream_instructions.rs runs at
-# two counts and the difference is divided by the streams between them, so start-up (loading the
-# policy) cancels out. Unlike CPU time, the count does not move with a busy machine: run it in
-# two checkouts to compare commits exactly. Not a test.
+# body answered, each reply encoded as gRPC sends it, the stream closed), counted by callgrind:
+# benches/stream_instructions.rs runs at two counts and the difference is divided by the streams
+# between them, so start-up (loading the policy) cancels out. Unlike CPU time, the count does not
+# move with a busy machine: run it in two checkouts to compare commits exactly. Not a test.
 #
 #   ./scripts/instructions.sh          (needs valgrind: apt-get install valgrind)
 set -euo pipefail

@@ -287,7 +287,10 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     for epoch in 0..options.epochs {
         let mut total = 0.0;
         let order = batches(&train, options.batch_size, options.seed + epoch as u64)?;
-        for batch in &order {
+        for (step, batch) in order.iter().enumerate() {
+            if step % 100 == 0 {
+                tracing::info!(epoch, step, of = order.len(), "training");
+            }
             let refs: Vec<&Lower> = batch.iter().map(|&i| &train[i]).collect();
             let (states, mask) = padded(&refs)?;
             let targets: Vec<u32> = refs.iter().map(|e| e.label).collect();
