@@ -1,9 +1,10 @@
 //! Proto ↔ domain: the only file that reads and builds ext_proc messages. Each message from
 //! Envoy becomes an exchange [`Message`]; each [`Step`] the exchange answers becomes Envoy's
-//! reply ([`Reply`]), its [`Outcome`] the `mom_router` dynamic metadata.
+//! reply ([`Reply`]), its [`Outcome`](crate::engine::exchange::Outcome) the `mom_router` dynamic
+//! metadata.
 
 use super::reply::Reply;
-use crate::engine::exchange::{Body, BodyMode, Head, HeaderSet, Message, Outcome, Step};
+use crate::engine::exchange::{Body, BodyMode, Head, HeaderSet, Message, Step};
 use crate::engine::{self, Forward, Headers};
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderMap, HeaderValue, HeaderValueOption, Metadata,
@@ -113,9 +114,9 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
     })
 }
 
-/// Envoy's reply for the exchange's step.
+/// Envoy's reply for the exchange's step: the response, and the outcome its metadata carries.
 pub fn reply(step: Step) -> Reply {
-    let reply = match step {
+    let (response, metadata) = match step {
         Step::PassRequestHeaders { watch_response } => {
             let mut reply = continue_request_headers();
             if !watch_response {
@@ -123,41 +124,40 @@ pub fn reply(step: Step) -> Reply {
                 // Envoy alone.
                 reply.mode_override = Some(complete_mode(HeaderSendMode::Skip, BodySendMode::None));
             }
-            reply
+            (reply, None)
         }
-        Step::Wait(by) => extend_timeout(by),
+        Step::Wait(by) => (extend_timeout(by), None),
         Step::Forward {
             forward: f,
             outcome,
-        } => return with_metadata(forward(f), Some(outcome)),
+        } => (forward(f), Some(outcome)),
         Step::Reply {
             reply,
             headers,
             outcome,
-        } => return with_metadata(immediate(reply, headers), Some(outcome)),
-        Step::PassResponseHeaders { set, remove, body } => response_headers(set, remove, body),
-        Step::PassResponseBody { set, body, outcome } => {
-            let stays = set.is_empty() && body.is_none() && outcome.is_none();
-            return with_metadata(response_body(set, body, stays), outcome);
+        } => (immediate(reply, headers), Some(outcome)),
+        Step::PassResponseHeaders { set, remove, body } => {
+            (response_headers(set, remove, body), None)
         }
-        Step::PassRequestTrailers => ProcessingResponse {
-            response: Some(Response::RequestTrailers(TrailersResponse::default())),
-            ..Default::default()
-        },
-        Step::PassResponseTrailers => ProcessingResponse {
-            response: Some(Response::ResponseTrailers(TrailersResponse::default())),
-            ..Default::default()
-        },
+        Step::PassResponseBody { set, body, outcome } => {
+            (response_body(set, body, outcome.is_some()), outcome)
+        }
+        Step::PassRequestTrailers => (
+            ProcessingResponse {
+                response: Some(Response::RequestTrailers(TrailersResponse::default())),
+                ..Default::default()
+            },
+            None,
+        ),
+        Step::PassResponseTrailers => (
+            ProcessingResponse {
+                response: Some(Response::ResponseTrailers(TrailersResponse::default())),
+                ..Default::default()
+            },
+            None,
+        ),
     };
-    Reply::from(reply)
-}
-
-/// A reply whose `mom_router` metadata is `outcome`'s fields.
-fn with_metadata(response: ProcessingResponse, outcome: Option<Outcome>) -> Reply {
-    Reply {
-        response,
-        metadata: outcome,
-    }
+    Reply { response, metadata }
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
@@ -288,14 +288,14 @@ fn response_headers(set: Vec<HeaderSet>, remove: Vec<&str>, body: BodyMode) -> P
     }
 }
 
-/// The response-body reply: the chunk passed on (`unchanged`) or replaced, headers set while
-/// Envoy holds them (a BUFFERED body).
+/// The response-body reply: the chunk passed on or replaced, and headers set while Envoy holds
+/// them (a BUFFERED body); `with_metadata` when the outcome of a finished check goes with it.
 fn response_body(
     set: Vec<HeaderSet>,
     body: Option<Vec<u8>>,
-    unchanged: bool,
+    with_metadata: bool,
 ) -> ProcessingResponse {
-    if unchanged {
+    if set.is_empty() && body.is_none() && !with_metadata {
         return ProcessingResponse {
             response: Some(Response::ResponseBody(BodyResponse::default())),
             ..Default::default()

@@ -35,15 +35,6 @@ pub struct Reply {
     pub metadata: Option<Outcome>,
 }
 
-impl From<ProcessingResponse> for Reply {
-    fn from(response: ProcessingResponse) -> Self {
-        Self {
-            response,
-            metadata: None,
-        }
-    }
-}
-
 /// The length of a length-delimited field `tag` holding `len` bytes, key and length included.
 fn delimited_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
@@ -211,7 +202,10 @@ mod tests {
 
     #[test]
     fn without_an_outcome_it_is_the_response_alone() {
-        let reply = Reply::from(routed());
+        let reply = Reply {
+            response: routed(),
+            metadata: None,
+        };
         assert_eq!(reply.encode_to_vec(), routed().encode_to_vec());
         let empty = Reply {
             response: routed(),

@@ -9,7 +9,7 @@
 
 mod layer;
 
-use layer::{additive_mask, read_weights, write_weights, TrainableLayer};
+use layer::{additive_mask, read_weights, write_weights, TrainableLayer, Weights};
 
 use super::data::{is_held_out, label_set, read_examples};
 use crate::inference::tokenize::TextTokenizer;
@@ -68,10 +68,10 @@ struct Lower {
 }
 
 /// The frozen lower layers: the same weights read as a model of fewer layers.
-fn lower_model(weights: Vec<u8>, config: &Config, trained: usize) -> anyhow::Result<BertModel> {
+fn lower_model(weights: &Weights, config: &Config, trained: usize) -> anyhow::Result<BertModel> {
     let mut lower = config.clone();
     lower.num_hidden_layers = config.num_hidden_layers - trained;
-    let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)?;
+    let vb = VarBuilder::from_tensors(weights.clone(), DType::F32, &Device::Cpu);
     Ok(BertModel::load(vb, &lower)?)
 }
 
@@ -223,9 +223,9 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     let tokenizer =
         TextTokenizer::load(&options.encoder.join("tokenizer.json"), options.max_tokens)?;
     let weights_path = options.encoder.join("model.safetensors");
-    let bytes = std::fs::read(&weights_path)
+    let weights = read_weights(&weights_path)
         .with_context(|| format!("cannot read {}", weights_path.display()))?;
-    let lower = lower_model(bytes, &config, options.layers)?;
+    let lower = lower_model(&weights, &config, options.layers)?;
     // Texts of similar length share a batch, so little of it is padding.
     let lower_of = |set: &[&super::Example]| -> anyhow::Result<Vec<Lower>> {
         let mut by_length: Vec<&super::Example> = set.to_vec();
@@ -255,7 +255,6 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         "lower layers computed"
     );
 
-    let weights = read_weights(&weights_path)?;
     let mut vars = Vec::new();
     let mut layers = Vec::new();
     for i in config.num_hidden_layers - options.layers..config.num_hidden_layers {
@@ -348,13 +347,13 @@ mod tests {
         let dir = minilm();
         let config = read_config(&dir).unwrap();
         let tokenizer = TextTokenizer::load(&dir.join("tokenizer.json"), 128).unwrap();
-        let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let weights = read_weights(&dir.join("model.safetensors")).unwrap();
         let texts = [
             "How do vaccines train the immune system?",
             "Find the eigenvalues of the matrix [[2, 1], [1, 2]].",
             "ok",
         ];
-        let whole = lower_model(bytes.clone(), &config, 0).unwrap();
+        let whole = lower_model(&weights, &config, 0).unwrap();
         let batch = tokenizer.batch(&texts).unwrap();
         let shape = (batch.batch, batch.tokens);
         let ids = Tensor::from_vec(batch.ids.clone(), shape, &Device::Cpu).unwrap();
@@ -363,9 +362,8 @@ mod tests {
         let hidden = whole.forward(&ids, &types, Some(&mask)).unwrap();
         let expected: Vec<Vec<f32>> = pooled(&hidden, &mask).unwrap().to_vec2().unwrap();
 
-        let weights = read_weights(&dir.join("model.safetensors")).unwrap();
         for trained in [1, 2] {
-            let lower = lower_model(bytes.clone(), &config, trained).unwrap();
+            let lower = lower_model(&weights, &config, trained).unwrap();
             let states = lower_states(&lower, &tokenizer, &texts).unwrap();
             let examples: Vec<Lower> = states
                 .into_iter()
