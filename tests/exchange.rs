@@ -65,8 +65,8 @@ fn ok_response() -> Message {
 }
 
 fn text<'a>(outcome: &'a Outcome, name: &str) -> Option<&'a str> {
-    outcome.0.iter().find_map(|(n, field)| match field {
-        Field::Text(value) if *n == name => Some(value.as_str()),
+    outcome.fields().find_map(|(n, field)| match field {
+        Field::Text(value) if n == name => Some(value),
         _ => None,
     })
 }
@@ -96,7 +96,7 @@ async fn a_chat_request_is_forwarded_and_its_response_passed_on_with_the_decisio
     let run_id = text(&outcome, "run_id").unwrap();
     assert_eq!(run_id.len(), 32);
     assert!(
-        !outcome.0.iter().any(|(name, _)| *name == "headers"),
+        !outcome.fields().any(|(name, _)| name == "headers"),
         "a watched response gets its headers in the response phase"
     );
 

@@ -115,12 +115,7 @@ async fn identity_only_evaluates_its_own_decisions_and_signals() {
     )
     .await;
     assert_eq!(forward_of(&routed).model, "small");
-    let names: Vec<&str> = routed
-        .trace
-        .signals
-        .iter()
-        .map(|r| r.name.as_str())
-        .collect();
+    let names: Vec<&str> = routed.trace.signals.iter().map(|r| &*r.name).collect();
     assert_eq!(names, vec!["code"]);
 }
 

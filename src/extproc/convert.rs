@@ -28,15 +28,17 @@ pub const METADATA_NAMESPACE: &str = "mom_router";
 /// Headers mom-router owns upstream; a client's copies are overwritten or removed.
 pub const SELECTED_MODEL_HEADER: &str = "x-selected-model";
 
-/// Reads Envoy's header map; values come in `raw_value` (falling back to `value`).
-pub fn headers_from(map: Option<&HeaderMap>) -> Headers {
-    Headers::new(map.into_iter().flat_map(|m| &m.headers).map(|h| {
+/// Reads Envoy's header map, taking its strings: values come in `raw_value` (falling back to
+/// `value`), names are lower-cased in place.
+pub fn headers_from(map: Option<HeaderMap>) -> Headers {
+    Headers::new(map.into_iter().flat_map(|m| m.headers).map(|h| {
         let value = if h.raw_value.is_empty() {
-            h.value.clone()
+            h.value
         } else {
-            String::from_utf8_lossy(&h.raw_value).into_owned()
+            String::from_utf8(h.raw_value)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
         };
-        (h.key.clone(), value)
+        (h.key, value)
     }))
 }
 
@@ -46,29 +48,32 @@ const METADATA_DEPTH: usize = 8;
 
 /// The dynamic metadata Envoy forwarded (only the namespaces its ext_proc filter is told to
 /// forward, `metadata_options.forwarding_namespaces`), as JSON by namespace.
-pub fn metadata_from(metadata: Option<&Metadata>) -> serde_json::Map<String, serde_json::Value> {
-    fn json(value: &Value, depth: usize) -> serde_json::Value {
-        match &value.kind {
+pub fn metadata_from(metadata: Option<Metadata>) -> serde_json::Map<String, serde_json::Value> {
+    fn json(value: Value, depth: usize) -> serde_json::Value {
+        match value.kind {
             _ if depth == 0 => serde_json::Value::Null,
-            Some(Kind::StringValue(s)) => serde_json::Value::String(s.clone()),
-            Some(Kind::BoolValue(b)) => serde_json::Value::Bool(*b),
-            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
+            Some(Kind::StringValue(s)) => serde_json::Value::String(s),
+            Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),
+            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(n)
                 .map_or(serde_json::Value::Null, serde_json::Value::Number),
-            Some(Kind::ListValue(list)) => {
-                serde_json::Value::Array(list.values.iter().map(|v| json(v, depth - 1)).collect())
-            }
+            Some(Kind::ListValue(list)) => serde_json::Value::Array(
+                list.values
+                    .into_iter()
+                    .map(|v| json(v, depth - 1))
+                    .collect(),
+            ),
             Some(Kind::StructValue(s)) => object(s, depth - 1),
             Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
         }
     }
-    fn object(s: &Struct, depth: usize) -> serde_json::Value {
-        let fields = s.fields.iter().map(|(k, v)| (k.clone(), json(v, depth)));
+    fn object(s: Struct, depth: usize) -> serde_json::Value {
+        let fields = s.fields.into_iter().map(|(k, v)| (k, json(v, depth)));
         serde_json::Value::Object(fields.collect())
     }
     metadata
         .into_iter()
-        .flat_map(|m| &m.filter_metadata)
-        .map(|(namespace, fields)| (namespace.clone(), object(fields, METADATA_DEPTH)))
+        .flat_map(|m| m.filter_metadata)
+        .map(|(namespace, fields)| (namespace, object(fields, METADATA_DEPTH)))
         .collect()
 }
 
@@ -87,9 +92,13 @@ pub fn set_header(name: &str, value: &str) -> HeaderValueOption {
 
 /// The exchange's message for one of Envoy's; `None` when it carries no phase.
 pub fn message(message: ProcessingRequest) -> Option<Message> {
-    let metadata = message.metadata_context.as_ref();
+    let ProcessingRequest {
+        request,
+        metadata_context: metadata,
+        ..
+    } = message;
     let head = |h: HttpHeaders| Head {
-        headers: headers_from(h.headers.as_ref()),
+        headers: headers_from(h.headers),
         end_of_stream: h.end_of_stream,
         run_id: None,
     };
@@ -97,7 +106,7 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
         bytes: b.body,
         end_of_stream: b.end_of_stream,
     };
-    Some(match message.request? {
+    Some(match request? {
         Request::RequestHeaders(h) => {
             let mut head = head(h);
             head.headers = head.headers.with_metadata(metadata_from(metadata));
@@ -105,7 +114,7 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
         }
         Request::RequestBody(b) => Message::RequestBody(body(b)),
         Request::ResponseHeaders(h) => Message::ResponseHeaders(Head {
-            run_id: run_id_from(metadata).map(str::to_owned),
+            run_id: run_id_from(metadata.as_ref()).map(str::to_owned),
             ..head(h)
         }),
         Request::ResponseBody(b) => Message::ResponseBody(body(b)),

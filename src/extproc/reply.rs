@@ -46,14 +46,14 @@ fn delimited_head(tag: u32, len: usize, buf: &mut impl BufMut) {
 }
 
 /// A `Value`'s length.
-fn value_len(field: &Field) -> usize {
+fn value_len(field: Field) -> usize {
     match field {
         Field::Text(text) => delimited_len(STRING_VALUE, text.len()),
         Field::Number(_) => key_len(NUMBER_VALUE) + 8,
     }
 }
 
-fn encode_value(field: &Field, buf: &mut impl BufMut) {
+fn encode_value(field: Field, buf: &mut impl BufMut) {
     match field {
         Field::Text(text) => {
             delimited_head(STRING_VALUE, text.len(), buf);
@@ -61,7 +61,7 @@ fn encode_value(field: &Field, buf: &mut impl BufMut) {
         }
         Field::Number(n) => {
             encode_key(NUMBER_VALUE, WireType::SixtyFourBit, buf);
-            buf.put_f64_le(*n);
+            buf.put_f64_le(n);
         }
     }
 }
@@ -81,8 +81,7 @@ fn entry_head(key: &str, value_len: usize, buf: &mut impl BufMut) {
 /// The lengths of the namespace's `Struct` of fields and of the whole metadata `Struct`.
 fn metadata_lens(outcome: &Outcome) -> (usize, usize) {
     let fields = outcome
-        .0
-        .iter()
+        .fields()
         .map(|(name, field)| delimited_len(STRUCT_FIELDS, entry_len(name, value_len(field))))
         .sum();
     let namespace = delimited_len(STRUCT_VALUE, fields);
@@ -95,7 +94,7 @@ fn encode_metadata(outcome: &Outcome, buf: &mut impl BufMut) {
     delimited_head(DYNAMIC_METADATA, whole, buf);
     entry_head(METADATA_NAMESPACE, delimited_len(STRUCT_VALUE, fields), buf);
     delimited_head(STRUCT_VALUE, fields, buf);
-    for (name, field) in &outcome.0 {
+    for (name, field) in outcome.fields() {
         entry_head(name, value_len(field), buf);
         encode_value(field, buf);
     }
@@ -145,14 +144,13 @@ mod tests {
     /// The same metadata built the slow way, as a protobuf `Struct`.
     fn as_struct(outcome: &Outcome) -> Struct {
         let fields = outcome
-            .0
-            .iter()
+            .fields()
             .map(|(name, field)| {
                 let kind = match field {
-                    Field::Text(text) => Kind::StringValue(text.clone()),
-                    Field::Number(n) => Kind::NumberValue(*n),
+                    Field::Text(text) => Kind::StringValue(text.to_owned()),
+                    Field::Number(n) => Kind::NumberValue(n),
                 };
-                ((*name).to_owned(), Value { kind: Some(kind) })
+                (name.to_owned(), Value { kind: Some(kind) })
             })
             .collect();
         let namespace = Value {
@@ -178,14 +176,13 @@ mod tests {
     #[test]
     fn decodes_as_the_response_with_its_metadata_as_a_struct() {
         // Long texts push lengths past one varint byte at every level.
-        let outcome = Outcome(vec![
-            ("model", Field::Text("qwen2.5-coder-0.5b".into())),
-            ("selection_reason", Field::Text("é…".repeat(90))),
-            ("confidence", Field::Number(0.8125)),
-            ("scores", Field::Text(String::new())),
-            ("looper_cost", Field::Number(-0.0)),
-            ("run_id", Field::Text("r".repeat(20_000))),
-        ]);
+        let mut outcome = Outcome::default();
+        outcome.push_text("model", "qwen2.5-coder-0.5b");
+        outcome.push_text("selection_reason", &"é…".repeat(90));
+        outcome.push_number("confidence", 0.8125);
+        outcome.push_text("scores", "");
+        outcome.push_number("looper_cost", -0.0);
+        outcome.push_text("run_id", &"r".repeat(20_000));
         let reply = Reply {
             response: routed(),
             metadata: Some(outcome.clone()),

@@ -3,6 +3,7 @@
 //! Envoy keeps owning clusters, load balancing and retries. Every sub-request carries the
 //! process's internal token and the depth; the public listener strips both from clients.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Header carrying the internal token.
@@ -49,12 +50,13 @@ pub enum CallError {
     Malformed(String),
 }
 
-/// Sends sub-requests to one internal listener.
+/// Sends sub-requests to one internal listener. Each exchange holds a copy: its texts are
+/// shared, so the copy allocates nothing.
 #[derive(Debug, Clone)]
 pub struct LlmClient {
-    base: String,
-    url: String,
-    token: String,
+    base: Arc<str>,
+    url: Arc<str>,
+    token: Arc<str>,
     http: reqwest::Client,
 }
 
@@ -62,11 +64,11 @@ impl LlmClient {
     /// A client for the internal listener at `base` (`http://127.0.0.1:10001`) signing with
     /// `token`.
     pub fn new(base: &str, token: String) -> Self {
-        let base = base.trim_end_matches('/').to_owned();
+        let base = base.trim_end_matches('/');
         Self {
-            url: format!("{base}/v1/chat/completions"),
-            base,
-            token,
+            url: format!("{base}/v1/chat/completions").into(),
+            base: base.into(),
+            token: token.into(),
             http: reqwest::Client::builder()
                 // A redirect would carry the internal token to wherever it points.
                 .redirect(reqwest::redirect::Policy::none())
@@ -92,7 +94,7 @@ impl LlmClient {
         let span = crate::observability::spans::start_call();
         let mut request = self
             .http
-            .post(&self.url)
+            .post(&*self.url)
             .header("content-type", "application/json")
             .header(DEPTH_HEADER, depth.to_string())
             .body(body);
@@ -129,11 +131,11 @@ impl LlmClient {
     ) -> Result<Relayed, CallError> {
         let request = self
             .http
-            .post(&self.url)
+            .post(&*self.url)
             .header("content-type", "application/json")
             .header(DEPTH_HEADER, "1")
             .header("x-selected-model", model)
-            .header(TOKEN_HEADER, &self.token)
+            .header(TOKEN_HEADER, &*self.token)
             .body(body);
         within(deadline, async {
             let sending = async {
@@ -219,7 +221,7 @@ impl LlmClient {
     ) -> Result<reqwest::Response, CallError> {
         let response = request
             .header("x-selected-model", model)
-            .header(TOKEN_HEADER, &self.token)
+            .header(TOKEN_HEADER, &*self.token)
             .send()
             .await
             .map_err(|e| CallError::Transport(e.to_string()))?;

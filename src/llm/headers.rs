@@ -18,7 +18,10 @@ impl Headers {
         Self {
             pairs: pairs
                 .into_iter()
-                .map(|(name, value)| (name.to_ascii_lowercase(), value))
+                .map(|(mut name, value)| {
+                    name.make_ascii_lowercase();
+                    (name, value)
+                })
                 .collect(),
             metadata: Map::new(),
         }

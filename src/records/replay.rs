@@ -185,7 +185,7 @@ fn decide(snapshot: &Snapshot, record: &RunRecord) -> Result<String, String> {
             let recorded = record
                 .signals
                 .iter()
-                .find(|s| s.name == signal.name)
+                .find(|s| *s.name == *signal.name)
                 .ok_or_else(|| format!("signal {:?} was not recorded", signal.name))?;
             (recorded.matched, recorded.confidence, recorded.value)
         };

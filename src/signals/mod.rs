@@ -208,8 +208,8 @@ impl SignalKind {
 /// A named, compiled signal.
 #[derive(Debug, Clone)]
 pub struct Signal {
-    /// Name referenced by decisions.
-    pub name: String,
+    /// Name referenced by decisions (shared with each result).
+    pub name: std::sync::Arc<str>,
     /// What it computes.
     pub kind: SignalKind,
 }
@@ -220,8 +220,8 @@ pub struct SignalResult {
     /// The signal kind (`keyword`, `language`, …).
     #[serde(rename = "type")]
     pub kind: &'static str,
-    /// The signal name.
-    pub name: String,
+    /// The signal name (shared with its signal: no copy a request).
+    pub name: std::sync::Arc<str>,
     /// Whether the signal's condition holds.
     pub matched: bool,
     /// Confidence in `matched`, 0..=1.

@@ -56,7 +56,7 @@ pub async fn evaluate_signal(
     let signal = snapshot
         .signals
         .iter()
-        .find(|s| s.name == options.signal)
+        .find(|s| *s.name == *options.signal)
         .with_context(|| format!("no signal named {:?} in the configuration", options.signal))?;
     let needs = Needs::of([&signal.kind]);
     let mut examples = read_examples(&options.data)?;

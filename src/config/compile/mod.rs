@@ -82,7 +82,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
     // Projection outputs join the table after the ordinary signals they read.
     for output in projections::compile_projections(&raw.projections, &signal_index, errors) {
         if signal_index
-            .insert(output.name.clone(), signals.len())
+            .insert(output.name.to_string(), signals.len())
             .is_some()
         {
             errors.push(

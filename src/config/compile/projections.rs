@@ -91,7 +91,7 @@ pub(super) fn compile_projections(
                 let projection = Arc::new(projection);
                 for (output, label) in projection.outputs().iter().enumerate() {
                     outputs.push(Signal {
-                        name: format!("{name}.{label}"),
+                        name: format!("{name}.{label}").into(),
                         kind: SignalKind::Projection(ProjectionOutput {
                             projection: projection.clone(),
                             output,

@@ -215,7 +215,7 @@ fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<Signal
         return Err(vec![SignalError::new("name", "give the signal a name")]);
     }
     Ok(Signal {
-        name: name.clone(),
+        name: name.as_str().into(),
         kind,
     })
 }

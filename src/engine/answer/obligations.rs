@@ -92,7 +92,7 @@ pub async fn settle_held(
             let action = PluginAction::new("jailbreak_guard", PluginOutcome::Withheld, "answer");
             trace.plugins.push(action);
             return Err(RouteError::AnswerWithheld {
-                signal: snapshot.signals[signal].name.clone(),
+                signal: snapshot.signals[signal].name.to_string(),
             });
         }
     }

@@ -375,8 +375,15 @@ impl Exchange {
         if let Some(sink) = self.records.as_ref().filter(|sink| sink.include_prompts) {
             self.prompt = crate::records::prompt_of(&body.bytes, sink.redact);
         }
-        let routing =
-            super::on_request_body(&self.snapshot, &self.services, &self.headers, &body.bytes);
+        // Boxed: routing is the stream's one large future (its signals, decision, plugins and
+        // loopers nest inside it). Held inline, it would size every future that awaits it —
+        // each step of the stream, the reply stream itself — and be copied with each of them.
+        let routing = Box::pin(super::on_request_body(
+            &self.snapshot,
+            &self.services,
+            &self.headers,
+            &body.bytes,
+        ));
         let routed = crate::observability::spans::collecting(self.calls(), routing).await;
         self.finish(routed)
     }

@@ -51,7 +51,7 @@ pub fn from_trace(
             .signals
             .iter()
             .map(|s| pb::SignalRecord {
-                name: s.name.clone(),
+                name: s.name.to_string(),
                 kind: s.kind.to_owned(),
                 matched: s.matched,
                 confidence: s.confidence,

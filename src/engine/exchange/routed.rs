@@ -86,7 +86,7 @@ impl Exchange {
             self.metrics
                 .signal_errors
                 .get_or_create(&SignalLabels {
-                    signal: result.name.clone(),
+                    signal: result.name.to_string(),
                 })
                 .inc();
         }

@@ -185,25 +185,62 @@ impl Step {
     }
 }
 
-/// One field of an [`Outcome`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Field {
+/// One field of an [`Outcome`], as read from it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Field<'a> {
     /// Text.
-    Text(String),
+    Text(&'a str),
     /// A number.
     Number(f64),
 }
 
+/// Where a field's value lies: its text's range in the outcome's text, or the number.
+#[derive(Debug, Clone, PartialEq)]
+enum Slot {
+    Text(std::ops::Range<usize>),
+    Number(f64),
+}
+
 /// What a request's handling decided, field by field, for the proxy's access log: the
-/// `mom_router` dynamic metadata in Envoy.
+/// `mom_router` dynamic metadata in Envoy. Every text lies in one string, so an outcome is two
+/// allocations however many fields it has.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome(pub Vec<(&'static str, Field)>);
+pub struct Outcome {
+    text: String,
+    fields: Vec<(&'static str, Slot)>,
+}
 
 impl Outcome {
+    /// Adds a text field.
+    pub fn push_text(&mut self, name: &'static str, value: &str) {
+        let start = self.text.len();
+        self.text.push_str(value);
+        self.fields.push((name, Slot::Text(start..self.text.len())));
+    }
+
+    /// Adds a number field.
+    pub fn push_number(&mut self, name: &'static str, value: f64) {
+        self.fields.push((name, Slot::Number(value)));
+    }
+
+    /// The fields in the order they were added.
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, Field<'_>)> {
+        self.fields.iter().map(|(name, slot)| {
+            let field = match slot {
+                Slot::Text(range) => Field::Text(&self.text[range.clone()]),
+                Slot::Number(n) => Field::Number(*n),
+            };
+            (*name, field)
+        })
+    }
+
     /// The outcome `trace` describes, answered on `path`.
     pub fn of(trace: &Trace, path: ResponsePath) -> Self {
-        let mut fields = Vec::with_capacity(24);
-        let mut text = |name, value: &str| fields.push((name, Field::Text(value.to_owned())));
+        let mut outcome = Self {
+            text: String::with_capacity(256),
+            fields: Vec::with_capacity(24),
+        };
+        let mut text = |name, value: &str| outcome.push_text(name, value);
         text("response_path", path.name());
         text("config_version", &trace.config_version);
         if let Some(translation) = &trace.translation {
@@ -254,17 +291,14 @@ impl Outcome {
             text("tenant", tenant);
         }
         if trace.model.is_some() {
-            fields.push(("confidence", Field::Number(trace.confidence)));
+            outcome.push_number("confidence", trace.confidence);
         }
         if let Some(looper) = &trace.looper {
-            fields.push(("looper_prompt_tokens", Field::Number(looper.usage.0 as f64)));
-            fields.push((
-                "looper_completion_tokens",
-                Field::Number(looper.usage.1 as f64),
-            ));
-            fields.push(("looper_cost", Field::Number(looper.cost)));
+            outcome.push_number("looper_prompt_tokens", looper.usage.0 as f64);
+            outcome.push_number("looper_completion_tokens", looper.usage.1 as f64);
+            outcome.push_number("looper_cost", looper.cost);
         }
-        Self(fields)
+        outcome
     }
 
     /// [`Outcome::of`] a forwarded request, for a proxy that adds its `x-mom-*` response
@@ -276,13 +310,10 @@ impl Outcome {
     pub fn with_headers(trace: &Trace) -> Self {
         let mut outcome = Self::of(trace, ResponsePath::Upstream);
         if let Some(version) = &trace.identity_version {
-            outcome
-                .0
-                .push(("identity_version", Field::Text(version.clone())));
+            outcome.push_text("identity_version", version);
         }
         if trace.model.is_some() {
-            let label = trace.confidence_label();
-            outcome.0.push(("confidence_label", Field::Text(label)));
+            outcome.push_text("confidence_label", &trace.confidence_label());
         }
         outcome
     }

@@ -99,7 +99,7 @@ pub(in crate::engine) fn apply<'p>(
                             .plugins
                             .push(PluginAction::plain(plugin.name(), Blocked));
                         return Err(RouteError::JailbreakBlocked {
-                            signal: name.clone(),
+                            signal: name.to_string(),
                         });
                     }
                     (true, Some(model)) => {

@@ -222,7 +222,7 @@ fn route_identity<'s>(
                 reason: format!("signal {}: {reason}", signal.name),
             }),
             (Some(reason), None, Some(OnError::Fail)) => Some(RouteError::SignalUnavailable {
-                signal: signal.name.clone(),
+                signal: signal.name.to_string(),
                 reason: reason.clone(),
             }),
             _ => None,
