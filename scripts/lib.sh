@@ -439,6 +439,14 @@ start_eval_stack() {
   done
 }
 
+# stop_on_exit: starts an empty PIDS; every process whose PID joins it is stopped (and waited
+# for) when the script ends, fails or is interrupted.
+stop_on_exit() {
+  PIDS=()
+  trap 'trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true' EXIT
+  trap 'exit 130' INT TERM
+}
+
 # start_fake_backends RUN: the three FAKE backends (the release build of examples/fake_openai) on
 # the quickstart's backend ports, logs in RUN; their PIDs join PIDS. FAKE_CHUNK_PAUSE_MS and
 # FAKE_DELAY_MS in the environment pace them.

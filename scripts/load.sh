@@ -25,10 +25,7 @@ cargo build --release --quiet --bin mom-router --example fake_openai --example l
 BIN="$CARGO_TARGET_DIR/release"
 RUN="$MOM_CACHE/load"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 start_fake_backends "$RUN"
 "${MOM_BIN:-$BIN/mom-router}" serve --config "${MOM_CONFIG:-examples/rules/config.yaml}" ${MOM_SERVE_ARGS:-} >"$RUN/mom-router.log" 2>&1 &
