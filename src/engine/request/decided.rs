@@ -24,7 +24,6 @@ use crate::engine::Services;
 use crate::engine::Trace;
 use crate::engine::{PluginAction, PluginOutcome};
 use crate::llm::{ChatRequest, Headers};
-use crate::state::StateStore;
 use std::sync::Arc;
 
 /// What the decision phase settled.
@@ -184,18 +183,9 @@ pub(in crate::engine) async fn carry_out(
         keep: ticket,
         translate: None,
     };
-    bind(snapshot, state, routed, edits, obligations).await
-}
-
-/// Binds the obligations (and header edits) to a forwarded request, or settles them now on an
-/// answer already in hand (whose contract was enforced where it was made).
-async fn bind(
-    snapshot: &Snapshot,
-    state: &StateStore,
-    mut routed: Routed,
-    edits: HeaderEdits,
-    obligations: Obligations,
-) -> Routed {
+    // The obligations (and header edits) go with a forwarded request, or are settled now on an
+    // answer already in hand (whose contract was enforced where it was made). That settling is
+    // boxed: held inline, its future would size every request's routing future.
     match &mut routed.action {
         Action::Forward(forward) => {
             forward.headers = edits;
