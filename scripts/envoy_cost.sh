@@ -21,10 +21,7 @@ cargo build --release --quiet --bin mom-router --example fake_openai --example l
 BIN="$CARGO_TARGET_DIR/release"
 RUN="$MOM_CACHE/envoy-cost"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 # The variants: listeners moved by 100 per variant, admin by 10; ext_proc stays on 50051.
 VARIANTS=(shipped no-jwt_authn no-metadata-headers no-access-log-fields)

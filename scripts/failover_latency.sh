@@ -17,10 +17,7 @@ cargo build --release --quiet --bin mom-router --example fake_openai
 BIN="$CARGO_TARGET_DIR/release"
 RUN="$MOM_CACHE/failover-latency"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 # Failures never set the coder aside here: every code request fails over.
 sed 's/failover: { maxAttempts: 3,/failover: { ejectAfter: 1000000, maxAttempts: 3,/' \

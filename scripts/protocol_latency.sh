@@ -19,10 +19,7 @@ install_llms
 cargo build --release --quiet --bin mom-router
 RUN="$MOM_CACHE/protocol-latency"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 sed 's/port_value: 8102 }/port_value: 8101 }/' envoy/quickstart.yaml >"$RUN/envoy.yaml"
 "$MOM_CACHE/llm-venv/bin/python" scripts/llm_backend.py 8101 "$MOM_CACHE/models/smollm2-135m.gguf" \

@@ -20,10 +20,7 @@ cargo build --release --quiet --bin mom-router --example fake_openai --example s
 BIN="$CARGO_TARGET_DIR/release"
 RUN="$MOM_CACHE/soak"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 FAKE_CHUNK_PAUSE_MS=5 start_fake_backends "$RUN"
 "$BIN/mom-router" serve --config examples/quickstart/config.yaml >"$RUN/mom-router.log" 2>&1 &

@@ -16,10 +16,7 @@ install_llms
 cargo build --release --quiet --bin mom-router
 RUN="$MOM_CACHE/ttft"
 mkdir -p "$RUN"
-PIDS=()
-cleanup() { trap - EXIT; kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_on_exit
 
 "$MOM_CACHE/llm-venv/bin/python" scripts/llm_backend.py 8101 "$MOM_CACHE/models/smollm2-135m.gguf" \
   SmolLM2-135M-Instruct >"$RUN/smollm2.log" 2>&1 &

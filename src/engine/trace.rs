@@ -253,15 +253,25 @@ impl Trace {
     /// `model=score` pairs, comma-separated, as the `x-mom-scores` header carries them.
     pub fn scores_label(&self) -> String {
         let mut label = String::with_capacity(self.scores.len() * 24);
+        self.push_scores_label(&mut label);
+        label
+    }
+
+    /// [`Trace::scores_label`] written at the end of `out`.
+    pub fn push_scores_label(&self, out: &mut String) {
         for (i, (model, score)) in self.scores.iter().enumerate() {
             if i > 0 {
-                label.push(',');
+                out.push(',');
             }
-            label.push_str(model);
-            label.push('=');
-            super::decimal::push_fixed(&mut label, *score, 4);
+            out.push_str(model);
+            out.push('=');
+            super::decimal::push_fixed(out, *score, 4);
         }
-        label
+    }
+
+    /// [`Trace::confidence_label`] written at the end of `out`.
+    pub fn push_confidence_label(&self, out: &mut String) {
+        super::decimal::push_fixed(out, self.confidence, 3);
     }
 
     /// `model:outcome[:confidence]` per tentative call, comma-separated.

@@ -213,8 +213,14 @@ pub struct Outcome {
 impl Outcome {
     /// Adds a text field.
     pub fn push_text(&mut self, name: &'static str, value: &str) {
+        self.push_with(name, |text| text.push_str(value));
+    }
+
+    /// Adds a text field that `write` appends to the outcome's text (a label written in place
+    /// rather than made and copied).
+    pub fn push_with(&mut self, name: &'static str, write: impl FnOnce(&mut String)) {
         let start = self.text.len();
-        self.text.push_str(value);
+        write(&mut self.text);
         self.fields.push((name, Slot::Text(start..self.text.len())));
     }
 
@@ -240,55 +246,54 @@ impl Outcome {
             text: String::with_capacity(256),
             fields: Vec::with_capacity(24),
         };
-        let mut text = |name, value: &str| outcome.push_text(name, value);
-        text("response_path", path.name());
-        text("config_version", &trace.config_version);
+        outcome.push_text("response_path", path.name());
+        outcome.push_text("config_version", &trace.config_version);
         if let Some(translation) = &trace.translation {
-            text("protocol", translation.protocol.name());
+            outcome.push_text("protocol", translation.protocol.name());
         }
         if let Some(identity) = &trace.identity {
-            text("identity", identity);
+            outcome.push_text("identity", identity);
         }
         if let Some(chain) = &trace.failover {
-            text("fallback", chain);
+            outcome.push_text("fallback", chain);
         }
         if let Some(model) = &trace.model {
-            text("decision", trace.decision_label());
-            text("model", model);
-            text("algorithm", trace.algorithm);
+            outcome.push_text("decision", trace.decision_label());
+            outcome.push_text("model", model);
+            outcome.push_text("algorithm", trace.algorithm);
         }
         if !trace.scores.is_empty() {
-            text("scores", &trace.scores_label());
-            text("selection_reason", &trace.selection_reason);
+            outcome.push_with("scores", |text| trace.push_scores_label(text));
+            outcome.push_text("selection_reason", &trace.selection_reason);
         }
         if let Some(looper) = &trace.looper {
-            text("looper", looper.kind);
-            text("looper_steps", &trace.looper_label());
+            outcome.push_text("looper", looper.kind);
+            outcome.push_text("looper_steps", &trace.looper_label());
         }
         if let Some(contract) = trace.contract_label() {
-            text("contract", &contract);
+            outcome.push_text("contract", &contract);
         }
         if !trace.plugins.is_empty() {
-            text("plugins", &trace.plugins_label());
+            outcome.push_text("plugins", &trace.plugins_label());
         }
         if let Some(grounding) = trace.grounding_label() {
-            text("grounding", &grounding);
+            outcome.push_text("grounding", &grounding);
         }
         if let Some(session) = &trace.session {
-            text("session", session.status);
-            text("session_reason", &session.reason);
+            outcome.push_text("session", session.status);
+            outcome.push_text("session_reason", &session.reason);
         }
         if let Some(run_id) = &trace.run_id {
-            text("run_id", run_id);
+            outcome.push_text("run_id", run_id);
         }
         if let Some(provider_model) = &trace.provider_model {
-            text("provider_model", provider_model);
+            outcome.push_text("provider_model", provider_model);
         }
         if let Some((code, _)) = trace.error {
-            text("error", code);
+            outcome.push_text("error", code);
         }
         if let Some(tenant) = &trace.tenant {
-            text("tenant", tenant);
+            outcome.push_text("tenant", tenant);
         }
         if trace.model.is_some() {
             outcome.push_number("confidence", trace.confidence);
@@ -313,8 +318,34 @@ impl Outcome {
             outcome.push_text("identity_version", version);
         }
         if trace.model.is_some() {
-            outcome.push_text("confidence_label", &trace.confidence_label());
+            outcome.push_with("confidence_label", |text| trace.push_confidence_label(text));
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_gives_back_each_field_as_pushed() {
+        let mut outcome = Outcome::default();
+        outcome.push_text("model", "qwen2.5-coder-0.5b");
+        outcome.push_number("confidence", 0.8125);
+        outcome.push_text("scores", "");
+        outcome.push_with("label", |text| text.push_str("é…"));
+        outcome.push_text("run_id", "r1");
+        let fields: Vec<_> = outcome.fields().collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("model", Field::Text("qwen2.5-coder-0.5b")),
+                ("confidence", Field::Number(0.8125)),
+                ("scores", Field::Text("")),
+                ("label", Field::Text("é…")),
+                ("run_id", Field::Text("r1")),
+            ]
+        );
     }
 }
