@@ -1,8 +1,10 @@
-//! The chat-completion request: parsed once into a typed view for the signals, while the full
-//! JSON object is kept so the rewritten body loses no field the client sent.
+//! The chat-completion request: parsed once into a typed view for the signals, while the
+//! client's body is kept so the rewritten body loses no field the client sent. The full JSON
+//! object is read from it only when something asks for it.
 
 use serde_json::{Map, Value};
 use std::ops::Range;
+use std::sync::OnceLock;
 
 /// Why a request body is not a valid chat-completion request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +67,7 @@ pub struct Message {
 }
 
 /// A validated chat-completion request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ChatRequest {
     /// The requested model or identity.
     pub model: String,
@@ -75,17 +77,15 @@ pub struct ChatRequest {
     pub stream: bool,
     /// True when the request declares tools.
     pub has_tools: bool,
-    /// The whole request object, kept for rewriting.
-    object: Map<String, Value>,
-    /// The client's bytes while the object is as it sent it and they can be spliced.
-    source: Option<Source>,
-}
-
-/// The client's body and where its top-level `model` value lies.
-#[derive(Debug, Clone, PartialEq)]
-struct Source {
-    bytes: Vec<u8>,
-    model_at: Range<usize>,
+    /// The completion-token cap the client sent, read while the object is not.
+    sent_max_tokens: Option<u64>,
+    /// The client's body.
+    body: Vec<u8>,
+    /// Where the top-level `model` value lies in `body`, while the object is as the client
+    /// sent it and no key repeats, so the forwarded body can be the client's bytes.
+    model_at: Option<Range<usize>>,
+    /// The whole request object, read from `body` when first asked for.
+    object: OnceLock<Map<String, Value>>,
 }
 
 impl ChatRequest {
@@ -97,6 +97,24 @@ impl ChatRequest {
         let text = std::str::from_utf8(bytes).map_err(|e| RequestError::NotUtf8 {
             offset: e.valid_up_to(),
         })?;
+        match super::chat_scan::scan(text) {
+            Some(scanned) => Ok(Self {
+                model: scanned.model,
+                messages: scanned.messages,
+                stream: scanned.stream,
+                has_tools: scanned.has_tools,
+                sent_max_tokens: scanned.max_tokens,
+                body: bytes.to_vec(),
+                model_at: Some(scanned.model_at),
+                object: OnceLock::new(),
+            }),
+            None => Self::parse_in_full(text),
+        }
+    }
+
+    /// Parses a body the one-pass reading gave up on: into the whole object first, then each
+    /// field from it, naming the first that is wrong.
+    pub(super) fn parse_in_full(text: &str) -> Result<Self, RequestError> {
         let parsed = super::chat_json::parse_object(text)
             .map_err(|e| RequestError::MalformedJson(e.to_string()))?;
         let Some(super::chat_json::Parsed { object, model_at }) = parsed else {
@@ -141,11 +159,10 @@ impl ChatRequest {
             messages,
             stream,
             has_tools,
-            object,
-            source: model_at.map(|model_at| Source {
-                bytes: bytes.to_vec(),
-                model_at,
-            }),
+            sent_max_tokens: max_tokens_of(&object),
+            body: text.as_bytes().to_vec(),
+            model_at,
+            object: OnceLock::from(object),
         })
     }
 
@@ -153,7 +170,8 @@ impl ChatRequest {
     /// While nothing was rewritten, that is the client's own bytes with the `model` value
     /// replaced in place; otherwise the object written out again.
     pub fn into_body_for(self, provider_model: &str) -> Vec<u8> {
-        if let Some(Source { bytes, model_at }) = self.source {
+        if let Some(model_at) = self.model_at {
+            let bytes = &self.body;
             let mut body = Vec::with_capacity(bytes.len() + provider_model.len() + 2);
             body.extend_from_slice(&bytes[..model_at.start]);
             // Writing a string into a Vec cannot fail.
@@ -161,7 +179,10 @@ impl ChatRequest {
             body.extend_from_slice(&bytes[model_at.end..]);
             return body;
         }
-        let mut object = self.object;
+        let mut object = match self.object.into_inner() {
+            Some(object) => object,
+            None => read_object(&self.body),
+        };
         object.insert("model".to_owned(), Value::String(provider_model.to_owned()));
         Value::Object(object).to_string().into_bytes()
     }
@@ -169,19 +190,25 @@ impl ChatRequest {
     /// The request object for rewriting (plugins); the parsed messages signals read stay as
     /// the client sent them. The forwarded body is then written out from the object.
     pub fn object_mut(&mut self) -> &mut Map<String, Value> {
-        self.source = None;
-        &mut self.object
+        self.model_at = None;
+        if self.object.get().is_none() {
+            self.object = OnceLock::from(read_object(&self.body));
+        }
+        match self.object.get_mut() {
+            Some(object) => object,
+            None => unreachable!("the object was read above"),
+        }
     }
 
     /// The whole request object, every field as the client sent it.
     pub fn object(&self) -> &Map<String, Value> {
-        &self.object
+        self.object.get_or_init(|| read_object(&self.body))
     }
 
     /// Asks a streamed answer for its usage (`stream_options.include_usage`); false when the
     /// client had asked already (or the request does not stream).
     pub fn ask_for_usage(&mut self) -> bool {
-        let options = self.object.get("stream_options");
+        let options = self.object().get("stream_options");
         let asked = options.and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
         if !self.stream || asked {
             return false;
@@ -200,15 +227,14 @@ impl ChatRequest {
     /// The completion-token cap the client asked for (`max_completion_tokens`, else
     /// `max_tokens`), when it is a positive integer.
     pub fn max_tokens(&self) -> Option<u64> {
-        ["max_completion_tokens", "max_tokens"]
-            .iter()
-            .find_map(|key| self.object.get(*key).and_then(Value::as_u64))
-            .filter(|n| *n > 0)
+        self.object
+            .get()
+            .map_or(self.sent_max_tokens, max_tokens_of)
     }
 
     /// The `messages` array as the client sent it (empty when absent).
     pub fn messages_json(&self) -> Vec<Value> {
-        self.object
+        self.object()
             .get("messages")
             .and_then(Value::as_array)
             .cloned()
@@ -241,6 +267,19 @@ impl ChatRequest {
     pub fn has_images(&self) -> bool {
         self.messages.iter().any(|m| m.has_image)
     }
+}
+
+/// The object of a body already read whole once, so known to be a JSON object.
+fn read_object(body: &[u8]) -> Map<String, Value> {
+    serde_json::from_slice(body).unwrap_or_default()
+}
+
+/// `max_completion_tokens`, else `max_tokens`, when a positive integer.
+fn max_tokens_of(object: &Map<String, Value>) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|key| object.get(*key).and_then(Value::as_u64))
+        .filter(|n| *n > 0)
 }
 
 fn wrong_type(field: impl Into<String>, expected: &'static str) -> RequestError {
@@ -437,7 +476,7 @@ mod tests {
 
     #[test]
     fn rejects_each_kind_of_bad_body_with_a_precise_error() {
-        assert_eq!(parse("  "), Err(RequestError::Empty));
+        assert_eq!(parse("  ").err(), Some(RequestError::Empty));
         assert!(matches!(
             ChatRequest::parse(b"{\"model\":\"\xff\"}"),
             Err(RequestError::NotUtf8 { offset: 10 })
@@ -446,14 +485,14 @@ mod tests {
             parse("{nope"),
             Err(RequestError::MalformedJson(_))
         ));
-        assert_eq!(parse("[1]"), Err(RequestError::NotAnObject));
+        assert_eq!(parse("[1]").err(), Some(RequestError::NotAnObject));
         assert_eq!(
-            parse(r#"{"messages":[{"role":"user","content":"x"}]}"#),
-            Err(RequestError::MissingField("model"))
+            parse(r#"{"messages":[{"role":"user","content":"x"}]}"#).err(),
+            Some(RequestError::MissingField("model"))
         );
         assert_eq!(
-            parse(r#"{"model":"m"}"#),
-            Err(RequestError::MissingField("messages"))
+            parse(r#"{"model":"m"}"#).err(),
+            Some(RequestError::MissingField("messages"))
         );
         assert_eq!(
             parse(r#"{"model":"m","messages":"hi"}"#)

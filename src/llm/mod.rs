@@ -4,6 +4,7 @@
 
 pub mod chat;
 mod chat_json;
+mod chat_scan;
 pub mod client;
 pub mod contract;
 pub mod error_body;
