@@ -90,8 +90,8 @@ fn main() {
         }));
         runtime.block_on(async {
             for message in [headers, body] {
-                if let Some(reply) = stream.handle(message).await {
-                    bytes += reply.encode_to_vec().len();
+                if let Some(reply) = stream.reply_to(message) {
+                    bytes += reply.await.encode_to_vec().len();
                     replies += 1;
                 }
             }

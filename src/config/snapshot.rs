@@ -207,7 +207,7 @@ pub struct Identity {
     /// Request-phase actions on every request, before the decision's.
     pub plugins: Vec<super::Plugin>,
     /// Cross-model failover of forwarded requests (operational: not part of the contract).
-    pub failover: Option<Failover>,
+    pub failover: Option<Arc<Failover>>,
     /// Hex SHA-256 of everything that gives the identity its meaning (itself without version
     /// and description, its decisions, the signals and models they use): a change without a
     /// version bump is refused.

@@ -32,8 +32,8 @@ pub struct Plan {
     pub stream: bool,
     /// The client's protocol, when it is not Chat Completions: the answer is translated back.
     pub protocol: Option<Protocol>,
-    /// The identity's limits.
-    pub policy: Failover,
+    /// The identity's limits (shared with its configuration).
+    pub policy: Arc<Failover>,
 }
 
 /// One upstream attempt that did not answer.
@@ -232,7 +232,7 @@ pub(in crate::engine) fn plan(
             body: body.to_vec(),
             stream,
             protocol: None,
-            policy: policy.clone(),
+            policy: Arc::clone(policy),
         })
     })
 }
@@ -539,14 +539,14 @@ decisions:
                 body: b"{}".to_vec(),
                 stream: false,
                 protocol: None,
-                policy: Failover {
+                policy: Arc::new(Failover {
                     max_attempts: 2,
                     deadline: Duration::from_secs(1),
                     models: Vec::new(),
                     except: Vec::new(),
                     eject_after: 3,
                     cool_down: Duration::from_secs(1),
-                },
+                }),
             }),
             trace: Arc::new(Trace::empty(&snapshot)),
             in_flight: None,

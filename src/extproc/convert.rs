@@ -170,8 +170,15 @@ pub fn reply(step: Step) -> Reply {
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
-    set.into_iter()
-        .map(|(name, value)| set_header(name, &value))
+    set.into_iter().map(|(name, value)| HeaderValueOption {
+        header: Some(HeaderValue {
+            key: name.to_owned(),
+            value: String::new(),
+            raw_value: value.into_bytes(),
+        }),
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+        ..Default::default()
+    })
 }
 
 /// A reply that only extends Envoy's timer for the current message (up to the filter's

@@ -84,18 +84,21 @@ impl ExtProcService {
                     return Some((Ok(reply), (inbound, state)));
                 }
                 loop {
-                    match inbound.next().await? {
-                        Ok(message) => {
-                            if let Some(reply) = state.handle(message).await {
-                                return Some((Ok(reply), (inbound, state)));
-                            }
-                        }
+                    // The message is out of the read's result before any await, so the step's
+                    // future does not also hold the result.
+                    let message = match inbound.next().await? {
+                        Ok(message) => message,
                         Err(status) => {
                             state.broke();
                             tracing::debug!(%status, "ext_proc stream ended with an error");
                             return None;
                         }
-                    }
+                    };
+                    let Some(step) = state.reply_to(message) else {
+                        continue;
+                    };
+                    let reply = step.await;
+                    return Some((Ok(reply), (inbound, state)));
                 }
             });
         Response::new(Box::pin(replies))

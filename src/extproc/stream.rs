@@ -5,6 +5,7 @@ use super::convert;
 use super::reply::Reply;
 use crate::engine::exchange::Exchange;
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
+use std::future::Future;
 
 /// The exchange behind one ext_proc stream.
 pub struct StreamState {
@@ -24,8 +25,20 @@ impl StreamState {
 
     /// Replies to one message from Envoy; `None` when the message carries no phase.
     pub async fn handle(&mut self, message: ProcessingRequest) -> Option<Reply> {
+        match self.reply_to(message) {
+            Some(reply) => Some(reply.await),
+            None => None,
+        }
+    }
+
+    /// The reply to one message from Envoy, as [`StreamState::handle`], with the message taken
+    /// apart first: the reply's future holds only what the exchange reads.
+    pub fn reply_to(
+        &mut self,
+        message: ProcessingRequest,
+    ) -> Option<impl Future<Output = Reply> + Send + '_> {
         let message = convert::message(message)?;
-        Some(convert::reply(self.exchange.handle(message).await))
+        Some(async move { convert::reply(self.exchange.handle(message).await) })
     }
 
     /// Envoy's stream broke before the exchange ended.

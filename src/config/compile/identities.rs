@@ -233,7 +233,7 @@ fn compile_identity(
         super::failover::compile_failover(raw, &path, &eligible, &selected, tables, errors)
     });
     let failover = match failover {
-        Some(Some(failover)) => Some(failover),
+        Some(Some(failover)) => Some(Arc::new(failover)),
         Some(None) => return None,
         None => None,
     };

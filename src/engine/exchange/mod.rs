@@ -131,13 +131,13 @@ pub struct Exchange {
     services: Services,
     headers: Headers,
     /// Set once the request was forwarded: the evidence, the chosen model and stream flag.
-    forwarded: Option<Forwarded>,
+    forwarded: Option<Box<Forwarded>>,
     /// A complete body held while Envoy is asked for more time: a request body of a policy
     /// with loopers, or a response body whose contract repair needs a model call. Handled by
     /// [`Exchange::resume`] before the next message is read.
     pending: Option<Pending>,
     /// The run record, filled as the request goes and sent when the stream ends.
-    record: Option<crate::records::RunRecord>,
+    record: Option<Box<crate::records::RunRecord>>,
     /// The last user message, for the run record, when prompts are recorded.
     prompt: Option<String>,
     /// Where the run record goes, when records are on.
@@ -145,7 +145,7 @@ pub struct Exchange {
     /// Where the stream's spans go, when they are exported.
     spans: Option<crate::observability::otlp::SpanSink>,
     /// The stream's spans, once its request headers came (when spans are exported).
-    traced: Option<traced::Traced>,
+    traced: Option<Box<traced::Traced>>,
     /// The client's trace context, passed on to sub-requests when spans are not exported.
     relay: Option<Arc<crate::observability::spans::Calls>>,
     /// What the proxy said of itself.
@@ -186,7 +186,7 @@ impl Drop for Exchange {
         }
         if let Some(sink) = &self.records {
             record.prompt = self.prompt.take();
-            sink.send(record);
+            sink.send(*record);
         }
     }
 }
@@ -336,7 +336,8 @@ impl Exchange {
         if let Some(sink) = &self.spans {
             let sessions = self.snapshot.sessions.as_ref();
             let named = sessions.map_or(&[][..], |s| s.headers.as_slice());
-            self.traced = Some(traced::Traced::new(sink.clone(), &self.headers, named));
+            let traced = traced::Traced::new(sink.clone(), &self.headers, named);
+            self.traced = Some(Box::new(traced));
         } else if let Some(traceparent) = self.headers.get("traceparent") {
             self.relay = Some(crate::observability::spans::Calls::relaying(traceparent));
         }

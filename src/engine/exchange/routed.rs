@@ -20,7 +20,12 @@ const FIRST_BYTE_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
 
 /// A fresh run id: 32 hex digits.
 fn new_run_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let n = rand::random::<u128>();
+    (0..32)
+        .rev()
+        .map(|digit| char::from(HEX[(n >> (4 * digit)) as usize & 0xf]))
+        .collect()
 }
 
 /// A forwarded request, while its response comes.
@@ -92,14 +97,12 @@ impl Exchange {
         }
         match action {
             Action::Forward(mut forward) => {
-                self.metrics
-                    .routed
-                    .get_or_create(&RouteLabels {
-                        identity: trace.identity.clone().unwrap_or_default(),
-                        decision: trace.decision_label().to_owned(),
-                        model: forward.model.clone(),
-                    })
-                    .inc();
+                let labels = RouteLabels {
+                    identity: trace.identity.clone().unwrap_or_default(),
+                    decision: trace.decision_label().to_owned(),
+                    model: forward.model.clone(),
+                };
+                self.metrics.routed.get_or_create(&labels).inc();
                 tracing::debug!(
                     identity = trace.identity.as_deref().unwrap_or_default(),
                     decision = trace.decision_label(),
@@ -108,14 +111,18 @@ impl Exchange {
                     "routed"
                 );
                 let run_id = new_run_id();
-                self.services.state.remember_run(
-                    run_id.clone(),
-                    Run {
-                        identity: trace.identity.clone().unwrap_or_default(),
-                        decision: trace.decision_label().to_owned(),
-                        model: forward.model.clone(),
-                    },
-                );
+                // The run is credited to what the request was counted under.
+                let RouteLabels {
+                    identity,
+                    decision,
+                    model,
+                } = labels;
+                let run = Run {
+                    identity,
+                    decision,
+                    model,
+                };
+                self.services.state.remember_run(run_id.clone(), run);
                 trace.run_id = Some(run_id);
                 if let Some(traced) = &mut self.traced {
                     let traceparent = traced.forward();
@@ -125,12 +132,12 @@ impl Exchange {
                         .push(("traceparent".to_owned(), traceparent));
                 }
                 if self.keeps_record() {
-                    self.record = Some(from_trace(
+                    self.record = Some(Box::new(from_trace(
                         &self.snapshot,
                         &trace,
                         now_ms(),
                         ResponsePath::Upstream,
-                    ));
+                    )));
                 }
                 let (model, stream) = (forward.model.clone(), forward.stream);
                 let fallback = forward.fallback.take();
@@ -169,7 +176,7 @@ impl Exchange {
                 } else {
                     Outcome::of(&trace, ResponsePath::Upstream)
                 };
-                self.forwarded = Some(Forwarded {
+                self.forwarded = Some(Box::new(Forwarded {
                     trace,
                     model,
                     stream,
@@ -188,7 +195,7 @@ impl Exchange {
                     translator: None,
                     answer: Vec::new(),
                     failover,
-                });
+                }));
                 Step::Forward { forward, outcome }
             }
             Action::Respond(reply) => {
@@ -213,7 +220,7 @@ impl Exchange {
                     let mut record =
                         from_trace(&self.snapshot, &trace, now_ms(), ResponsePath::Immediate);
                     record.status = u32::from(reply.status);
-                    self.record = Some(record);
+                    self.record = Some(Box::new(record));
                 }
                 self.count_contract(&trace);
                 self.metrics
@@ -263,5 +270,18 @@ impl Exchange {
             }
             (None, None) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_run_id_is_32_lowercase_hex_digits_and_fresh_each_time() {
+        let (a, b) = (super::new_run_id(), super::new_run_id());
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')), "{a}");
+        assert_ne!(a, b);
+        let n = u128::from_str_radix(&a, 16).unwrap();
+        assert_eq!(format!("{n:032x}"), a);
     }
 }

@@ -140,7 +140,7 @@ pub(in crate::engine) async fn carry_out(
                 // A decision the failover excepts keeps its sub-calls on their models too.
                 let failover = identity
                     .failover
-                    .as_ref()
+                    .as_deref()
                     .filter(|policy| !policy.except.contains(&decision.name));
                 // Boxed, as every rarely taken path that awaits calls: the future of a plain
                 // forward stays small, and it is moved and copied on every request.
