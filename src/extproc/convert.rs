@@ -79,11 +79,16 @@ pub fn metadata_from(metadata: Option<Metadata>) -> serde_json::Map<String, serd
 
 /// A header that replaces any value the request already has.
 pub fn set_header(name: &str, value: &str) -> HeaderValueOption {
+    set_owned(name.to_owned(), value.as_bytes().to_vec())
+}
+
+/// [`set_header`] of a name and value already owned.
+fn set_owned(key: String, raw_value: Vec<u8>) -> HeaderValueOption {
     HeaderValueOption {
         header: Some(HeaderValue {
-            key: name.to_owned(),
+            key,
             value: String::new(),
-            raw_value: value.as_bytes().to_vec(),
+            raw_value,
         }),
         append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
         ..Default::default()
@@ -170,15 +175,8 @@ pub fn reply(step: Step) -> Reply {
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
-    set.into_iter().map(|(name, value)| HeaderValueOption {
-        header: Some(HeaderValue {
-            key: name.to_owned(),
-            value: String::new(),
-            raw_value: value.into_bytes(),
-        }),
-        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
-        ..Default::default()
-    })
+    set.into_iter()
+        .map(|(name, value)| set_owned(name.to_owned(), value.into_bytes()))
 }
 
 /// A reply that only extends Envoy's timer for the current message (up to the filter's
@@ -217,12 +215,17 @@ fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) 
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
 /// Takes the rewritten body by value so it is not copied.
 fn forward(forward: Forward) -> ProcessingResponse {
-    let mut set_headers = vec![
-        set_header(SELECTED_MODEL_HEADER, &forward.model),
-        set_header("content-length", &forward.body.len().to_string()),
+    let mut set_headers = Vec::with_capacity(3 + forward.headers.set.len());
+    set_headers.extend([
+        set_owned(SELECTED_MODEL_HEADER.to_owned(), forward.model.into_bytes()),
+        set_owned(
+            "content-length".to_owned(),
+            forward.body.len().to_string().into_bytes(),
+        ),
         set_header("accept-encoding", "identity"),
-    ];
-    set_headers.extend(forward.headers.set.iter().map(|(k, v)| set_header(k, v)));
+    ]);
+    let edits = forward.headers.set.into_iter();
+    set_headers.extend(edits.map(|(name, value)| set_owned(name, value.into_bytes())));
     let common = CommonResponse {
         status: ResponseStatus::Continue as i32,
         header_mutation: Some(HeaderMutation {

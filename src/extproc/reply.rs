@@ -8,12 +8,15 @@
 
 use super::convert::METADATA_NAMESPACE;
 use crate::engine::exchange::{Field, Outcome};
-use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse;
+use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{
     encode_key, encode_varint, encoded_len_varint, key_len, skip_field, DecodeContext, WireType,
 };
 use prost::{DecodeError, Message};
+use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
+use tonic::Status;
+use tonic_prost::{ProstCodec, ProstDecoder};
 
 /// `ProcessingResponse.dynamic_metadata`.
 const DYNAMIC_METADATA: u32 = 8;
@@ -129,6 +132,41 @@ impl Message for Reply {
     fn clear(&mut self) {
         self.response.clear();
         self.metadata = None;
+    }
+}
+
+/// ext_proc's codec: Envoy's messages decoded by prost, each reply written straight into gRPC's
+/// buffer. (Prost's encoder first measures the whole reply, walking every field once more, to
+/// check a room that gRPC's buffer, which grows as it is written, always has.)
+#[derive(Debug, Default)]
+pub struct ReplyCodec;
+
+impl Codec for ReplyCodec {
+    type Encode = Reply;
+    type Decode = ProcessingRequest;
+    type Encoder = ReplyEncoder;
+    type Decoder = ProstDecoder<ProcessingRequest>;
+
+    fn encoder(&mut self) -> ReplyEncoder {
+        ReplyEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstCodec::<Reply, ProcessingRequest>::raw_decoder(BufferSettings::default())
+    }
+}
+
+/// Writes each [`Reply`] into gRPC's buffer.
+#[derive(Debug)]
+pub struct ReplyEncoder;
+
+impl Encoder for ReplyEncoder {
+    type Item = Reply;
+    type Error = Status;
+
+    fn encode(&mut self, reply: Reply, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        reply.encode_raw(buf);
+        Ok(())
     }
 }
 

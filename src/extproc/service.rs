@@ -3,7 +3,7 @@
 //! service answers ext_proc's one method itself (what tonic would generate, with the reply
 //! type [`Reply`], which writes its metadata straight onto the wire).
 
-use super::reply::Reply;
+use super::reply::{Reply, ReplyCodec};
 use super::stream::StreamState;
 use crate::engine::exchange::{Exchanges, FailoverPart, Proxy};
 use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
@@ -146,8 +146,7 @@ where
         }
         let process = Process(self.clone());
         Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<Reply, ProcessingRequest>::default();
-            let mut grpc = Grpc::new(codec)
+            let mut grpc = Grpc::new(ReplyCodec)
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
             Ok(grpc.streaming(process, request).await)
         })
