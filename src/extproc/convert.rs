@@ -3,7 +3,8 @@
 //! reply ([`Reply`]), its [`Outcome`](crate::engine::exchange::Outcome) the `mom_router` dynamic
 //! metadata.
 
-use super::reply::Reply;
+use super::forwarding::Forwarding;
+use super::reply::{self, Reply};
 use crate::engine::exchange::{Body, BodyMode, Head, HeaderSet, Message, Step};
 use crate::engine::{self, Forward, Headers};
 use envoy_types::pb::envoy::config::core::v3::{
@@ -15,10 +16,9 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    body_mutation::Mutation, common_response::ResponseStatus, processing_request::Request,
-    processing_response::Response, BodyMutation, BodyResponse, CommonResponse, HeaderMutation,
-    HeadersResponse, HttpBody, HttpHeaders, ImmediateResponse, ProcessingRequest,
-    ProcessingResponse, TrailersResponse,
+    body_mutation::Mutation, processing_request::Request, processing_response::Response,
+    BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpBody,
+    HttpHeaders, ImmediateResponse, ProcessingRequest, ProcessingResponse, TrailersResponse,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
@@ -130,6 +130,12 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
 
 /// Envoy's reply for the exchange's step: the response, and the outcome its metadata carries.
 pub fn reply(step: Step) -> Reply {
+    if let Step::Forward { forward, outcome } = step {
+        return Reply {
+            response: reply::Response::Forward(forwarding(forward)),
+            metadata: Some(outcome),
+        };
+    }
     let (response, metadata) = match step {
         Step::PassRequestHeaders { watch_response } => {
             let mut reply = continue_request_headers();
@@ -141,10 +147,7 @@ pub fn reply(step: Step) -> Reply {
             (reply, None)
         }
         Step::Wait(by) => (extend_timeout(by), None),
-        Step::Forward {
-            forward: f,
-            outcome,
-        } => (forward(f), Some(outcome)),
+        Step::Forward { .. } => unreachable!("answered above"),
         Step::Reply {
             reply,
             headers,
@@ -171,7 +174,10 @@ pub fn reply(step: Step) -> Reply {
             None,
         ),
     };
-    Reply { response, metadata }
+    Reply {
+        response: reply::Response::Message(response),
+        metadata,
+    }
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
@@ -214,35 +220,12 @@ fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) 
 
 /// The body-phase reply that routes the request: header, body, content-length, route cache.
 /// Takes the rewritten body by value so it is not copied.
-fn forward(forward: Forward) -> ProcessingResponse {
-    let mut set_headers = Vec::with_capacity(3 + forward.headers.set.len());
-    set_headers.extend([
-        set_owned(SELECTED_MODEL_HEADER.to_owned(), forward.model.into_bytes()),
-        set_owned(
-            "content-length".to_owned(),
-            forward.body.len().to_string().into_bytes(),
-        ),
-        set_header("accept-encoding", "identity"),
-    ]);
-    let edits = forward.headers.set.into_iter();
-    set_headers.extend(edits.map(|(name, value)| set_owned(name, value.into_bytes())));
-    let common = CommonResponse {
-        status: ResponseStatus::Continue as i32,
-        header_mutation: Some(HeaderMutation {
-            set_headers,
-            remove_headers: forward.headers.remove,
-        }),
-        body_mutation: Some(BodyMutation {
-            mutation: Some(Mutation::Body(forward.body)),
-        }),
-        clear_route_cache: true,
-        ..Default::default()
-    };
-    ProcessingResponse {
-        response: Some(Response::RequestBody(BodyResponse {
-            response: Some(common),
-        })),
-        ..Default::default()
+fn forwarding(forward: Forward) -> Forwarding {
+    Forwarding {
+        model: forward.model,
+        set: forward.headers.set,
+        remove: forward.headers.remove,
+        body: forward.body,
     }
 }
 

@@ -12,6 +12,7 @@
 //! | response body | NONE, STREAMED when switched | passes each SSE chunk through unchanged, timing the first |
 
 pub mod convert;
+mod forwarding;
 pub mod reply;
 pub mod service;
 pub mod stream;

@@ -7,6 +7,7 @@
 //! value is a `Struct` of the fields), so a client decodes it as a plain `ProcessingResponse`.
 
 use super::convert::METADATA_NAMESPACE;
+use super::forwarding::Forwarding;
 use crate::engine::exchange::{Field, Outcome};
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use prost::bytes::{Buf, BufMut};
@@ -32,10 +33,25 @@ const STRUCT_VALUE: u32 = 5;
 /// One reply to Envoy: the response, and the outcome written as its `mom_router` metadata.
 #[derive(Debug, Default, PartialEq)]
 pub struct Reply {
-    /// Everything but the metadata (its `dynamic_metadata` stays unset).
-    pub response: ProcessingResponse,
+    /// Everything but the metadata.
+    pub response: Response,
     /// The `mom_router` dynamic metadata, when the step has an outcome.
     pub metadata: Option<Outcome>,
+}
+
+/// A reply's response, besides its metadata.
+#[derive(Debug, PartialEq)]
+pub enum Response {
+    /// Any response, as prost writes it (its `dynamic_metadata` stays unset).
+    Message(ProcessingResponse),
+    /// The request-body phase forwarding the request, written field by field.
+    Forward(Forwarding),
+}
+
+impl Default for Response {
+    fn default() -> Self {
+        Self::Message(ProcessingResponse::default())
+    }
 }
 
 /// The length of a length-delimited field `tag` holding `len` bytes, key and length included.
@@ -105,7 +121,10 @@ fn encode_metadata(outcome: &Outcome, buf: &mut impl BufMut) {
 
 impl Message for Reply {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        self.response.encode_raw(buf);
+        match &self.response {
+            Response::Message(response) => response.encode_raw(buf),
+            Response::Forward(forwarding) => forwarding.encode(buf),
+        }
         if let Some(outcome) = &self.metadata {
             encode_metadata(outcome, buf);
         }
@@ -126,11 +145,15 @@ impl Message for Reply {
         let metadata = self.metadata.as_ref().map_or(0, |outcome| {
             delimited_len(DYNAMIC_METADATA, metadata_lens(outcome).1)
         });
-        self.response.encoded_len() + metadata
+        let response = match &self.response {
+            Response::Message(response) => response.encoded_len(),
+            Response::Forward(forwarding) => forwarding.encoded_len(),
+        };
+        response + metadata
     }
 
     fn clear(&mut self) {
-        self.response.clear();
+        self.response = Response::default();
         self.metadata = None;
     }
 }
@@ -174,7 +197,7 @@ impl Encoder for ReplyEncoder {
 mod tests {
     use super::*;
     use envoy_types::pb::envoy::service::ext_proc::v3::{
-        processing_response::Response, BodyResponse, CommonResponse,
+        processing_response, BodyResponse, CommonResponse,
     };
     use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
     use std::collections::HashMap;
@@ -201,7 +224,7 @@ mod tests {
 
     fn routed() -> ProcessingResponse {
         ProcessingResponse {
-            response: Some(Response::RequestBody(BodyResponse {
+            response: Some(processing_response::Response::RequestBody(BodyResponse {
                 response: Some(CommonResponse {
                     clear_route_cache: true,
                     ..Default::default()
@@ -222,7 +245,7 @@ mod tests {
         outcome.push_number("looper_cost", -0.0);
         outcome.push_text("run_id", &"r".repeat(20_000));
         let reply = Reply {
-            response: routed(),
+            response: Response::Message(routed()),
             metadata: Some(outcome.clone()),
         };
         let bytes = reply.encode_to_vec();
@@ -238,12 +261,12 @@ mod tests {
     #[test]
     fn without_an_outcome_it_is_the_response_alone() {
         let reply = Reply {
-            response: routed(),
+            response: Response::Message(routed()),
             metadata: None,
         };
         assert_eq!(reply.encode_to_vec(), routed().encode_to_vec());
         let empty = Reply {
-            response: routed(),
+            response: Response::Message(routed()),
             metadata: Some(Outcome::default()),
         };
         let decoded = ProcessingResponse::decode(empty.encode_to_vec().as_slice()).expect("ok");
