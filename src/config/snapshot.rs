@@ -500,9 +500,13 @@ pub struct Snapshot {
     /// The bundle and binding this snapshot was composed from; `None` for a plain
     /// configuration file.
     pub artifact: Option<super::binding::Artifact>,
-    pub(super) model_index: HashMap<String, usize>,
-    pub(super) identity_index: HashMap<String, usize>,
+    pub(super) model_index: NameIndex,
+    pub(super) identity_index: NameIndex,
 }
+
+/// Positions by name, looked up for every request: hashed with a fast hasher, as the names
+/// come from the configuration (a client's name is only ever looked up).
+pub(super) type NameIndex = HashMap<String, usize, foldhash::fast::RandomState>;
 
 impl Snapshot {
     /// The identity called `name`.

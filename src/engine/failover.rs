@@ -385,7 +385,8 @@ pub struct Waiting {
 /// holds that stream open until the response ends), so the map holds requests in flight only.
 #[derive(Debug, Default)]
 pub struct Parked {
-    waiting: Mutex<HashMap<String, Waiting>>,
+    /// Keyed by mom-router's own random run ids, so a fast hasher serves.
+    waiting: Mutex<HashMap<String, Waiting, foldhash::fast::RandomState>>,
 }
 
 /// A parked request's place; dropping it (the forwarding stream ended) removes it.

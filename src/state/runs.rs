@@ -16,10 +16,13 @@ pub struct Runs {
     ttl: Duration,
 }
 
+/// Runs by id: the ids are mom-router's own random ones, so a fast hasher serves.
+type RunMap = HashMap<String, (Instant, Run), foldhash::fast::RandomState>;
+
 #[derive(Default)]
 struct Generations {
-    current: HashMap<String, (Instant, Run)>,
-    previous: HashMap<String, (Instant, Run)>,
+    current: RunMap,
+    previous: RunMap,
     /// When the current generation began.
     began: Option<Instant>,
 }

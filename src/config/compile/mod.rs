@@ -248,8 +248,8 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         encoder,
         ner: ner.map(|n| n.handle),
         call_deadlines: call_deadlines(raw.inference.as_ref()),
-        model_index,
-        identity_index,
+        model_index: model_index.into_iter().collect(),
+        identity_index: identity_index.into_iter().collect(),
         artifact: None,
     })
 }
