@@ -70,37 +70,38 @@ impl ExtProcService {
             Some(b"stream") => FailoverPart::Stream,
             _ => FailoverPart::None,
         };
-        let inbound = request.into_inner();
-        // Boxed: the stream's state moves in and out of each step's future, as a pointer.
-        let state = Box::new(StreamState::new(self.exchanges.open(Proxy {
+        let state = StreamState::new(self.exchanges.open(Proxy {
             adds_headers: envoy_adds_headers,
             failover,
-        })));
+        }));
+        // Boxed: Envoy's messages and the stream's state move in and out of each step's
+        // future, as a pointer.
+        let stream = Box::new((request.into_inner(), state));
         // The response stream owns the stream state: each message from Envoy is handled when
         // tonic polls for the next reply, with no extra task or channel hop.
-        let replies =
-            futures_util::stream::unfold((inbound, state), |(mut inbound, mut state)| async move {
-                if let Some(reply) = state.resume().await {
-                    return Some((Ok(reply), (inbound, state)));
-                }
-                loop {
-                    // The message is out of the read's result before any await, so the step's
-                    // future does not also hold the result.
-                    let message = match inbound.next().await? {
-                        Ok(message) => message,
-                        Err(status) => {
-                            state.broke();
-                            tracing::debug!(%status, "ext_proc stream ended with an error");
-                            return None;
-                        }
-                    };
-                    let Some(step) = state.reply_to(message) else {
-                        continue;
-                    };
-                    let reply = step.await;
-                    return Some((Ok(reply), (inbound, state)));
-                }
-            });
+        let replies = futures_util::stream::unfold(stream, |mut stream| async move {
+            let (inbound, state) = &mut *stream;
+            if let Some(reply) = state.resume().await {
+                return Some((Ok(reply), stream));
+            }
+            loop {
+                // The message is out of the read's result before any await, so the step's
+                // future does not also hold the result.
+                let message = match inbound.next().await? {
+                    Ok(message) => message,
+                    Err(status) => {
+                        state.broke();
+                        tracing::debug!(%status, "ext_proc stream ended with an error");
+                        return None;
+                    }
+                };
+                let Some(step) = state.reply_to(message) else {
+                    continue;
+                };
+                let reply = step.await;
+                return Some((Ok(reply), stream));
+            }
+        });
         Response::new(Box::pin(replies))
     }
 }

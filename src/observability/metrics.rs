@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
 
 /// Labels of a routed request.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,6 +50,16 @@ pub struct ReplyLabels {
     /// HTTP status.
     pub status: u16,
 }
+
+/// The ext_proc phases, most frequent first.
+pub const PHASES: [&str; 6] = [
+    "request_body",
+    "request_headers",
+    "response_headers",
+    "response_body",
+    "request_trailers",
+    "response_trailers",
+];
 
 /// Labels naming an ext_proc phase.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -149,6 +160,9 @@ pub struct Metrics {
     pub replied: Family<ReplyLabels, Counter>,
     /// Time mom-router spends on each ext_proc message.
     pub phase_seconds: Family<PhaseLabels, Histogram>,
+    /// Each of [`PHASES`]' histogram in `phase_seconds`, found once (a family lookup locks and
+    /// hashes); a phase's series appears once it is first observed.
+    phase_histograms: [OnceLock<Histogram>; PHASES.len()],
     /// Upstream response statuses.
     pub upstream_status: Family<StatusLabels, Counter>,
     /// Requests served by another model after theirs failed, one per hand-over.
@@ -376,6 +390,7 @@ impl Metrics {
             routed,
             replied,
             phase_seconds,
+            phase_histograms: Default::default(),
             upstream_status,
             fallbacks,
             first_chunk_seconds,
@@ -383,6 +398,21 @@ impl Metrics {
             active_streams,
             runtime_workers,
             stream_errors,
+        }
+    }
+
+    /// Times one ext_proc message of `phase`.
+    pub fn observe_phase(&self, phase: &'static str, seconds: f64) {
+        let family = || {
+            self.phase_seconds
+                .get_or_create(&PhaseLabels { phase })
+                .clone()
+        };
+        match PHASES.iter().position(|known| *known == phase) {
+            Some(i) => self.phase_histograms[i]
+                .get_or_init(family)
+                .observe(seconds),
+            None => family().observe(seconds),
         }
     }
 

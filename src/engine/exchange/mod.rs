@@ -29,7 +29,6 @@ pub use step::{Body, BodyMode, Field, Head, HeaderSet, Message, Outcome, Step};
 use super::{Action, RouteError, Routed, Services, Trace};
 use crate::config::{ConfigStore, Snapshot};
 use crate::llm::Headers;
-use crate::observability::metrics::PhaseLabels;
 use crate::observability::Metrics;
 use crate::records::RecordSink;
 use routed::Forwarded;
@@ -325,10 +324,8 @@ impl Exchange {
 
     /// Times one phase's handling.
     fn observe_phase(&self, phase: &'static str, started: Instant) {
-        self.metrics
-            .phase_seconds
-            .get_or_create(&PhaseLabels { phase })
-            .observe(started.elapsed().as_secs_f64());
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.observe_phase(phase, seconds);
     }
 
     fn on_request_headers(&mut self, head: Head) -> Step {
