@@ -5,9 +5,9 @@
 # and the no-op server of benches/noop_extproc.rs, the mechanism's floor, one after the other
 # behind one Envoy from envoy/quickstart.yaml, at concurrency 1. Each server is warmed up, then
 # counted from one callgrind dump to the next around COUNT requests. Prints both and the ratio.
-# On an idle machine repeated runs agree within 0.1 %; a busy one changes how the runtime batches
-# its wake-ups and so the count (by a few per cent): compare runs made alike. Counts weigh large
-# copies (memcpy of big futures) more than a CPU does. Not a test.
+# On an idle machine repeated runs of one build agree within 0.2 %; a busy one changes how the
+# runtime batches its wake-ups and so the count (by a few per cent): compare runs made alike.
+# Counts weigh large copies (memcpy of big futures) more than a CPU does. Not a test.
 #
 #   ./scripts/instructions_envoy.sh [COUNT]    (default 1000; needs valgrind)
 #   MOM_BIN=path counts that mom-router binary instead of this checkout's

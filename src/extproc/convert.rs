@@ -130,12 +130,8 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
 
 /// Envoy's reply for the exchange's step: the response, and the outcome its metadata carries.
 pub fn reply(step: Step) -> Reply {
-    if let Step::Forward { forward, outcome } = step {
-        return Reply {
-            response: reply::Response::Forward(forwarding(forward)),
-            metadata: Some(outcome),
-        };
-    }
+    // Every response but the forward's is built as prost's message.
+    let message = reply::Response::Message;
     let (response, metadata) = match step {
         Step::PassRequestHeaders { watch_response } => {
             let mut reply = continue_request_headers();
@@ -144,40 +140,40 @@ pub fn reply(step: Step) -> Reply {
                 // Envoy alone.
                 reply.mode_override = Some(complete_mode(HeaderSendMode::Skip, BodySendMode::None));
             }
-            (reply, None)
+            (message(reply), None)
         }
-        Step::Wait(by) => (extend_timeout(by), None),
-        Step::Forward { .. } => unreachable!("answered above"),
+        Step::Wait(by) => (message(extend_timeout(by)), None),
+        Step::Forward { forward, outcome } => {
+            (reply::Response::Forward(forwarding(forward)), Some(outcome))
+        }
         Step::Reply {
             reply,
             headers,
             outcome,
-        } => (immediate(reply, headers), Some(outcome)),
+        } => (message(immediate(reply, headers)), Some(outcome)),
         Step::PassResponseHeaders { set, remove, body } => {
-            (response_headers(set, remove, body), None)
+            (message(response_headers(set, remove, body)), None)
         }
-        Step::PassResponseBody { set, body, outcome } => {
-            (response_body(set, body, outcome.is_some()), outcome)
-        }
+        Step::PassResponseBody { set, body, outcome } => (
+            message(response_body(set, body, outcome.is_some())),
+            outcome,
+        ),
         Step::PassRequestTrailers => (
-            ProcessingResponse {
+            message(ProcessingResponse {
                 response: Some(Response::RequestTrailers(TrailersResponse::default())),
                 ..Default::default()
-            },
+            }),
             None,
         ),
         Step::PassResponseTrailers => (
-            ProcessingResponse {
+            message(ProcessingResponse {
                 response: Some(Response::ResponseTrailers(TrailersResponse::default())),
                 ..Default::default()
-            },
+            }),
             None,
         ),
     };
-    Reply {
-        response: reply::Response::Message(response),
-        metadata,
-    }
+    Reply { response, metadata }
 }
 
 fn set_headers(set: Vec<HeaderSet>) -> impl Iterator<Item = HeaderValueOption> {
@@ -218,8 +214,8 @@ fn complete_mode(response_headers: HeaderSendMode, response_body: BodySendMode) 
     }
 }
 
-/// The body-phase reply that routes the request: header, body, content-length, route cache.
-/// Takes the rewritten body by value so it is not copied.
+/// The body-phase reply that routes the request, written field by field; the forward's model,
+/// header edits and rewritten body move into it uncopied.
 fn forwarding(forward: Forward) -> Forwarding {
     Forwarding {
         model: forward.model,

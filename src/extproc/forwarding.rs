@@ -5,6 +5,7 @@
 //! summed once from the parts. The bytes are those prost writes for the same
 //! `ProcessingResponse` (fields in the same order), so Envoy reads the message it always did.
 
+use super::reply::{delimited_head, delimited_len};
 use prost::bytes::BufMut;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 
@@ -44,16 +45,6 @@ pub struct Forwarding {
     pub remove: Vec<String>,
     /// The body sent upstream.
     pub body: Vec<u8>,
-}
-
-/// The length of a length-delimited field `tag` holding `len` bytes, key and length included.
-fn delimited_len(tag: u32, len: usize) -> usize {
-    key_len(tag) + encoded_len_varint(len as u64) + len
-}
-
-fn delimited_head(tag: u32, len: usize, buf: &mut impl BufMut) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(len as u64, buf);
 }
 
 /// A `HeaderValue` of `name` and `value`, its length (the empty `value` string is not written).

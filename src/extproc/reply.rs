@@ -55,11 +55,12 @@ impl Default for Response {
 }
 
 /// The length of a length-delimited field `tag` holding `len` bytes, key and length included.
-fn delimited_len(tag: u32, len: usize) -> usize {
+pub(super) fn delimited_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
 }
 
-fn delimited_head(tag: u32, len: usize, buf: &mut impl BufMut) {
+/// A length-delimited field's key and length, before its `len` bytes.
+pub(super) fn delimited_head(tag: u32, len: usize, buf: &mut impl BufMut) {
     encode_key(tag, WireType::LengthDelimited, buf);
     encode_varint(len as u64, buf);
 }

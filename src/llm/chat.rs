@@ -77,7 +77,8 @@ pub struct ChatRequest {
     pub stream: bool,
     /// True when the request declares tools.
     pub has_tools: bool,
-    /// The completion-token cap the client sent, read while the object is not.
+    /// The completion-token cap the one-pass reading found; once the object is read,
+    /// [`ChatRequest::max_tokens`] reads it there instead.
     sent_max_tokens: Option<u64>,
     /// The client's body.
     body: Vec<u8>,
@@ -159,7 +160,8 @@ impl ChatRequest {
             messages,
             stream,
             has_tools,
-            sent_max_tokens: max_tokens_of(&object),
+            // The object is read: the cap is read from it.
+            sent_max_tokens: None,
             body: text.as_bytes().to_vec(),
             model_at,
             object: OnceLock::from(object),

@@ -97,6 +97,19 @@ impl<'de> Visitor<'de> for Key {
     }
 }
 
+/// Reads a value with the visitor `V`, whatever kind of value it is: the visitor refuses the
+/// kinds it does not take.
+#[derive(Clone, Copy)]
+struct AnyOf<V>(V);
+
+impl<'de, V: Visitor<'de>> DeserializeSeed<'de> for AnyOf<V> {
+    type Value = V::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
+        deserializer.deserialize_any(self.0)
+    }
+}
+
 /// What a value was, as far as the request's fields need to know.
 enum Seen<'de> {
     Null,
@@ -110,14 +123,6 @@ enum Seen<'de> {
 /// Any value, read through and summed up as [`Seen`].
 #[derive(Clone, Copy)]
 struct Any<'k, 'de>(Keys<'k, 'de>);
-
-impl<'de> DeserializeSeed<'de> for Any<'_, 'de> {
-    type Value = Seen<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Seen<'de>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
 
 impl<'de> Visitor<'de> for Any<'_, 'de> {
     type Value = Seen<'de>;
@@ -160,7 +165,7 @@ impl<'de> Visitor<'de> for Any<'_, 'de> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen<'de>, A::Error> {
         let mut len = 0;
-        while seq.next_element_seed(self)?.is_some() {
+        while seq.next_element_seed(AnyOf(self))?.is_some() {
             len += 1;
         }
         Ok(Seen::List(len))
@@ -168,7 +173,7 @@ impl<'de> Visitor<'de> for Any<'_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen<'de>, A::Error> {
         each_entry(&mut map, self.0, |_, map| {
-            map.next_value_seed(self).map(drop)
+            map.next_value_seed(AnyOf(self)).map(drop)
         })?;
         Ok(Seen::Other)
     }
@@ -188,7 +193,7 @@ impl<'de> Visitor<'de> for Top<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scanned, A::Error> {
-        let any = Any(self.keys);
+        let any = AnyOf(Any(self.keys));
         let (mut model, mut messages, mut stream, mut has_tools) = (None, None, false, false);
         let (mut max_completion_tokens, mut max_tokens) = (None, None);
         let unsigned = |seen| match seen {
@@ -203,7 +208,7 @@ impl<'de> Visitor<'de> for Top<'_, 'de> {
                     let name: String = serde_json::from_str(raw.get()).map_err(|_| give_up())?;
                     model = Some((name, start..start + raw.get().len()));
                 }
-                "messages" => messages = Some(map.next_value_seed(Messages(self.keys))?),
+                "messages" => messages = Some(map.next_value_seed(AnyOf(Messages(self.keys)))?),
                 "stream" => {
                     stream = match map.next_value_seed(any)? {
                         Seen::Null => false,
@@ -241,14 +246,6 @@ impl<'de> Visitor<'de> for Top<'_, 'de> {
 /// The `messages` list: non-empty, within its bound, each entry a message.
 struct Messages<'k, 'de>(Keys<'k, 'de>);
 
-impl<'de> DeserializeSeed<'de> for Messages<'_, 'de> {
-    type Value = Vec<Message>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Message>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for Messages<'_, 'de> {
     type Value = Vec<Message>;
 
@@ -258,7 +255,7 @@ impl<'de> Visitor<'de> for Messages<'_, 'de> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Message>, A::Error> {
         let mut messages = Vec::new();
-        while let Some(message) = seq.next_element_seed(OneMessage(self.0))? {
+        while let Some(message) = seq.next_element_seed(AnyOf(OneMessage(self.0)))? {
             if messages.len() == MAX_MESSAGES {
                 return Err(give_up());
             }
@@ -275,14 +272,6 @@ impl<'de> Visitor<'de> for Messages<'_, 'de> {
 #[derive(Clone, Copy)]
 struct OneMessage<'k, 'de>(Keys<'k, 'de>);
 
-impl<'de> DeserializeSeed<'de> for OneMessage<'_, 'de> {
-    type Value = Message;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Message, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for OneMessage<'_, 'de> {
     type Value = Message;
 
@@ -291,7 +280,7 @@ impl<'de> Visitor<'de> for OneMessage<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
-        let any = Any(self.0);
+        let any = AnyOf(Any(self.0));
         let (mut role, mut content, mut tool_calls) = (None, None, false);
         each_entry(&mut map, self.0, |key, map| {
             match key {
@@ -299,7 +288,7 @@ impl<'de> Visitor<'de> for OneMessage<'_, 'de> {
                     Seen::Text(text) => role = Some(text.into_owned()),
                     _ => return Err(give_up()),
                 },
-                "content" => content = Some(map.next_value_seed(Content(self.0))?),
+                "content" => content = Some(map.next_value_seed(AnyOf(Content(self.0)))?),
                 "tool_calls" => {
                     tool_calls = matches!(map.next_value_seed(any)?, Seen::List(n) if n > 0);
                 }
@@ -319,17 +308,6 @@ impl<'de> Visitor<'de> for OneMessage<'_, 'de> {
 
 /// A message's content: null, a string, or a list of parts (text parts joined by newlines).
 struct Content<'k, 'de>(Keys<'k, 'de>);
-
-impl<'de> DeserializeSeed<'de> for Content<'_, 'de> {
-    type Value = (String, bool);
-
-    fn deserialize<D: Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<(String, bool), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
 
 impl<'de> Visitor<'de> for Content<'_, 'de> {
     type Value = (String, bool);
@@ -352,7 +330,7 @@ impl<'de> Visitor<'de> for Content<'_, 'de> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(String, bool), A::Error> {
         let (mut text, mut has_image) = (String::new(), false);
-        while let Some(part) = seq.next_element_seed(Part(self.0))? {
+        while let Some(part) = seq.next_element_seed(AnyOf(Part(self.0)))? {
             match part {
                 Piece::Text(part) => {
                     if !text.is_empty() {
@@ -379,14 +357,6 @@ enum Piece<'de> {
 #[derive(Clone, Copy)]
 struct Part<'k, 'de>(Keys<'k, 'de>);
 
-impl<'de> DeserializeSeed<'de> for Part<'_, 'de> {
-    type Value = Piece<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Piece<'de>, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
 impl<'de> Visitor<'de> for Part<'_, 'de> {
     type Value = Piece<'de>;
 
@@ -395,7 +365,7 @@ impl<'de> Visitor<'de> for Part<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Piece<'de>, A::Error> {
-        let any = Any(self.0);
+        let any = AnyOf(Any(self.0));
         let (mut kind, mut text) = (None, None);
         each_entry(&mut map, self.0, |key, map| {
             match key {

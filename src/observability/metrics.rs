@@ -51,15 +51,39 @@ pub struct ReplyLabels {
     pub status: u16,
 }
 
-/// The ext_proc phases, most frequent first.
-pub const PHASES: [&str; 6] = [
-    "request_body",
-    "request_headers",
-    "response_headers",
-    "response_body",
-    "request_trailers",
-    "response_trailers",
-];
+/// An ext_proc phase, as `mom_extproc_phase_seconds` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The request headers.
+    RequestHeaders,
+    /// The request body.
+    RequestBody,
+    /// The response headers.
+    ResponseHeaders,
+    /// The response body.
+    ResponseBody,
+    /// The request trailers.
+    RequestTrailers,
+    /// The response trailers.
+    ResponseTrailers,
+}
+
+impl Phase {
+    /// How many phases there are.
+    const COUNT: usize = 6;
+
+    /// Its `phase` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RequestHeaders => "request_headers",
+            Self::RequestBody => "request_body",
+            Self::ResponseHeaders => "response_headers",
+            Self::ResponseBody => "response_body",
+            Self::RequestTrailers => "request_trailers",
+            Self::ResponseTrailers => "response_trailers",
+        }
+    }
+}
 
 /// Labels naming an ext_proc phase.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -160,9 +184,9 @@ pub struct Metrics {
     pub replied: Family<ReplyLabels, Counter>,
     /// Time mom-router spends on each ext_proc message.
     pub phase_seconds: Family<PhaseLabels, Histogram>,
-    /// Each of [`PHASES`]' histogram in `phase_seconds`, found once (a family lookup locks and
+    /// Each [`Phase`]'s histogram in `phase_seconds`, found once (a family lookup locks and
     /// hashes); a phase's series appears once it is first observed.
-    phase_histograms: [OnceLock<Histogram>; PHASES.len()],
+    phase_histograms: [OnceLock<Histogram>; Phase::COUNT],
     /// Upstream response statuses.
     pub upstream_status: Family<StatusLabels, Counter>,
     /// Requests served by another model after theirs failed, one per hand-over.
@@ -402,18 +426,13 @@ impl Metrics {
     }
 
     /// Times one ext_proc message of `phase`.
-    pub fn observe_phase(&self, phase: &'static str, seconds: f64) {
-        let family = || {
-            self.phase_seconds
-                .get_or_create(&PhaseLabels { phase })
-                .clone()
+    pub fn observe_phase(&self, phase: Phase, seconds: f64) {
+        let labels = PhaseLabels {
+            phase: phase.name(),
         };
-        match PHASES.iter().position(|known| *known == phase) {
-            Some(i) => self.phase_histograms[i]
-                .get_or_init(family)
-                .observe(seconds),
-            None => family().observe(seconds),
-        }
+        self.phase_histograms[phase as usize]
+            .get_or_init(|| self.phase_seconds.get_or_create(&labels).clone())
+            .observe(seconds);
     }
 
     /// Counts what a tenant's request used once it is settled.

@@ -29,6 +29,7 @@ pub use step::{Body, BodyMode, Field, Head, HeaderSet, Message, Outcome, Step};
 use super::{Action, RouteError, Routed, Services, Trace};
 use crate::config::{ConfigStore, Snapshot};
 use crate::llm::Headers;
+use crate::observability::metrics::Phase;
 use crate::observability::Metrics;
 use crate::records::RecordSink;
 use routed::Forwarded;
@@ -266,14 +267,15 @@ impl Exchange {
         let started = Instant::now();
         let calls = self.calls();
         let (phase, step) = match self.pending.take()? {
-            Pending::Request(body) => ("request_body", self.on_request_body(body).await),
+            Pending::Request(body) => (Phase::RequestBody, self.on_request_body(body).await),
             Pending::Settle(answer) => (
-                "response_body",
+                Phase::ResponseBody,
                 crate::observability::spans::collecting(calls, self.settle(answer)).await,
             ),
-            Pending::FailOver(failure) => {
-                ("response_headers", Box::pin(self.fail_over(failure)).await)
-            }
+            Pending::FailOver(failure) => (
+                Phase::ResponseHeaders,
+                Box::pin(self.fail_over(failure)).await,
+            ),
         };
         self.note_refusal(&step);
         self.observe_phase(phase, started);
@@ -285,19 +287,19 @@ impl Exchange {
     pub async fn handle(&mut self, message: Message) -> Step {
         let started = Instant::now();
         let (phase, step) = match message {
-            Message::RequestHeaders(head) => ("request_headers", self.on_request_headers(head)),
+            Message::RequestHeaders(head) => (Phase::RequestHeaders, self.on_request_headers(head)),
             Message::RequestBody(body) => match self.snapshot.looper_budget {
                 // A looper may run: ask for its deadline first, route on the next poll.
                 Some(budget) if body.end_of_stream => {
                     self.pending = Some(Pending::Request(body));
                     return Step::Wait((budget + LOOPER_MARGIN).min(MAX_MESSAGE_TIMEOUT));
                 }
-                _ => ("request_body", self.on_request_body(body).await),
+                _ => (Phase::RequestBody, self.on_request_body(body).await),
             },
             Message::ResponseHeaders(head) => match self.hold_failure(head) {
                 // The failed response waits for the next model.
                 Ok(wait) => return wait,
-                Err(head) => ("response_headers", self.on_response_headers(head)),
+                Err(head) => (Phase::ResponseHeaders, self.on_response_headers(head)),
             },
             Message::ResponseBody(body) => {
                 let step = match self.held(body) {
@@ -313,17 +315,17 @@ impl Exchange {
                     Err(chunk) => self.on_response_body(&chunk),
                 };
                 self.note_refusal(&step);
-                ("response_body", step)
+                (Phase::ResponseBody, step)
             }
-            Message::RequestTrailers => ("request_trailers", Step::PassRequestTrailers),
-            Message::ResponseTrailers => ("response_trailers", Step::PassResponseTrailers),
+            Message::RequestTrailers => (Phase::RequestTrailers, Step::PassRequestTrailers),
+            Message::ResponseTrailers => (Phase::ResponseTrailers, Step::PassResponseTrailers),
         };
         self.observe_phase(phase, started);
         step
     }
 
     /// Times one phase's handling.
-    fn observe_phase(&self, phase: &'static str, started: Instant) {
+    fn observe_phase(&self, phase: Phase, started: Instant) {
         let seconds = started.elapsed().as_secs_f64();
         self.metrics.observe_phase(phase, seconds);
     }

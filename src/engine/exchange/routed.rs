@@ -112,15 +112,10 @@ impl Exchange {
                 );
                 let run_id = new_run_id();
                 // The run is credited to what the request was counted under.
-                let RouteLabels {
-                    identity,
-                    decision,
-                    model,
-                } = labels;
                 let run = Run {
-                    identity,
-                    decision,
-                    model,
+                    identity: labels.identity,
+                    decision: labels.decision,
+                    model: labels.model,
                 };
                 self.services.state.remember_run(run_id.clone(), run);
                 trace.run_id = Some(run_id);
