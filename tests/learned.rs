@@ -189,9 +189,10 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
     let services = engine::Services::offline(&snapshot);
     let before = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
     assert_eq!(before["model"], "smollm2-135m", "{before:#}");
-    let credit = |model: &str, id: String, outcome: Outcome| {
+    let credit = |model: &str, outcome: Outcome| {
+        let id = mom_router::state::RunId::random();
         services.state.remember_run(
-            id.clone(),
+            id,
             Run {
                 identity: "mom/i0".to_owned(),
                 decision: "d0".to_owned(),
@@ -199,12 +200,12 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
             },
         );
         let state = services.state.clone();
-        async move { state.apply(&id, &outcome).await.unwrap() }
+        async move { state.apply(&id.to_string(), &outcome).await.unwrap() }
     };
     // Ten failed verifications of the small model: by hand (20 × 0.731) / 30 = 0.487, utility
     // 0.462, below the coder's 0.668.
-    for i in 0..10 {
-        credit("smollm2-135m", format!("s{i}"), Outcome::Verified(false)).await;
+    for _ in 0..10 {
+        credit("smollm2-135m", Outcome::Verified(false)).await;
     }
     let after = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
     assert_eq!(after["model"], "qwen2.5-coder-0.5b", "{after:#}");
@@ -212,8 +213,8 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
     let expected = 20.0 * sigmoid(1.0) / 30.0 - 0.025;
     assert!((small - expected).abs() < 1e-3, "{small} vs {expected}");
     // Rewards for the coder are named in the reason.
-    for i in 0..3 {
-        credit("qwen2.5-coder-0.5b", format!("q{i}"), Outcome::Reward(1.0)).await;
+    for _ in 0..3 {
+        credit("qwen2.5-coder-0.5b", Outcome::Reward(1.0)).await;
     }
     let credited = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
     let reason = credited["selection_reason"].as_str().unwrap();
@@ -222,8 +223,8 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
         "{reason}"
     );
     // A flood of failures moves P at most halfway: 0.731 / 2 − 0.025.
-    for i in 10..500 {
-        credit("smollm2-135m", format!("s{i}"), Outcome::Verified(false)).await;
+    for _ in 10..500 {
+        credit("smollm2-135m", Outcome::Verified(false)).await;
     }
     let flooded = explain_with(&snapshot, &services, "mom/i0", PLAIN).await;
     let small = flooded["scores"][0]["score"].as_f64().unwrap();

@@ -226,8 +226,9 @@ async fn outcomes_are_validated_and_unknown_runs_are_not_found() {
     // gemma run over it moves the next choice to gemma.
     assert_eq!(text(&first, "x-mom-model"), "smollm2-135m");
     let runs = &stack.sidecar.as_ref().unwrap().running.state;
+    let gemma_run = mom_router::state::RunId::random();
     runs.remember_run(
-        "gemma-run".to_owned(),
+        gemma_run,
         mom_router::state::Run {
             identity: "mom/auto".to_owned(),
             decision: "pick".to_owned(),
@@ -236,13 +237,13 @@ async fn outcomes_are_validated_and_unknown_runs_are_not_found() {
     );
     let (status, _) = post_outcome(
         &stack,
-        &json!({"run_id": "gemma-run", "preferred_over": run}),
+        &json!({"run_id": gemma_run.to_string(), "preferred_over": run}),
     )
     .await;
     assert_eq!(status, 200);
     // The same preference again, or twice in one body, is refused: one run id repeated
     // cannot take the ratings over.
-    let again = json!({"run_id": "gemma-run", "preferred_over": run});
+    let again = json!({"run_id": gemma_run.to_string(), "preferred_over": run});
     let (status, error) = post_outcome(&stack, &again).await;
     assert_eq!(
         (status, &error["error"]["code"]),

@@ -13,7 +13,7 @@ use crate::engine::Trace;
 use crate::llm::client::Relayed;
 use crate::llm::{CallError, LlmClient, SubReply};
 use crate::protocol::Protocol;
-use crate::state::StateStore;
+use crate::state::{RunId, StateStore};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -246,21 +246,29 @@ fn order(
     scores: &[(String, f64)],
     first: usize,
 ) -> Vec<usize> {
-    let mut ranked: Vec<(usize, f64)> = scores
-        .iter()
-        .filter_map(|(name, score)| Some((snapshot.model_index(name)?, *score)))
-        .collect();
-    ranked.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
-    let mut order = vec![first];
-    for model in ranked
-        .into_iter()
-        .map(|(m, _)| m)
-        .chain(policy.models.iter().copied())
-    {
-        if !order.contains(&model) {
-            order.push(model);
+    // One vector: the scores' places, sorted by score (a stable sort: equal scores keep the
+    // declared order), read as model indices, then `first` before them and the failover's own
+    // models after, each kept once where it first appears.
+    let mut order: Vec<usize> = Vec::with_capacity(1 + scores.len() + policy.models.len());
+    order.push(first);
+    order.extend(0..scores.len());
+    order[1..].sort_by(|&a, &b| {
+        let (a, b) = (scores[a].1, scores[b].1);
+        b.partial_cmp(&a).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for at in &mut order[1..] {
+        *at = snapshot.model_index(&scores[*at].0).unwrap_or(usize::MAX);
+    }
+    order.extend(policy.models.iter().copied());
+    let mut kept = 0;
+    for i in 0..order.len() {
+        let model = order[i];
+        if model != usize::MAX && !order[..kept].contains(&model) {
+            order[kept] = model;
+            kept += 1;
         }
     }
+    order.truncate(kept);
     order
 }
 
@@ -300,7 +308,8 @@ pub(in crate::engine) fn healthy(
         left.as_secs().max(1),
         snapshot.models[next].name,
         trace.selection_reason
-    );
+    )
+    .into();
     next
 }
 
@@ -386,21 +395,21 @@ pub struct Waiting {
 #[derive(Debug, Default)]
 pub struct Parked {
     /// Keyed by mom-router's own random run ids, so a fast hasher serves.
-    waiting: Mutex<HashMap<String, Waiting, foldhash::fast::RandomState>>,
+    waiting: Mutex<HashMap<RunId, Waiting, foldhash::fast::RandomState>>,
 }
 
 /// A parked request's place; dropping it (the forwarding stream ended) removes it.
 #[derive(Debug)]
 pub struct Ticket {
     parked: Arc<Parked>,
-    run_id: String,
+    run_id: RunId,
 }
 
 impl Parked {
     /// Parks `waiting` under `run_id` until the returned ticket is dropped.
-    pub fn park(self: &Arc<Self>, run_id: String, waiting: Waiting) -> Ticket {
+    pub fn park(self: &Arc<Self>, run_id: RunId, waiting: Waiting) -> Ticket {
         if let Ok(mut map) = self.waiting.lock() {
-            map.insert(run_id.clone(), waiting);
+            map.insert(run_id, waiting);
         }
         Ticket {
             parked: Arc::clone(self),
@@ -409,8 +418,8 @@ impl Parked {
     }
 
     /// Takes the request parked under `run_id`: a request fails over once.
-    pub fn take(&self, run_id: &str) -> Option<Waiting> {
-        self.waiting.lock().ok()?.remove(run_id)
+    pub fn take(&self, run_id: RunId) -> Option<Waiting> {
+        self.waiting.lock().ok()?.remove(&run_id)
     }
 
     /// Requests parked now.
@@ -552,13 +561,14 @@ decisions:
             trace: Arc::new(Trace::empty(&snapshot)),
             in_flight: None,
         };
-        let ticket = parked.park("a".to_owned(), waiting());
+        let (a, b, c) = (RunId::random(), RunId::random(), RunId::random());
+        let ticket = parked.park(a, waiting());
         assert_eq!(parked.len(), 1);
-        assert!(parked.take("b").is_none());
-        assert!(parked.take("a").is_some());
-        assert!(parked.take("a").is_none());
+        assert!(parked.take(b).is_none());
+        assert!(parked.take(a).is_some());
+        assert!(parked.take(a).is_none());
         drop(ticket);
-        let ticket = parked.park("c".to_owned(), waiting());
+        let ticket = parked.park(c, waiting());
         assert_eq!(parked.len(), 1);
         drop(ticket);
         assert!(parked.is_empty());

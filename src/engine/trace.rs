@@ -4,6 +4,7 @@
 use super::{Fault, LooperTrace, SessionTrace};
 use crate::config::Snapshot;
 use crate::signals::SignalResult;
+use std::borrow::Cow;
 
 /// Why a request went where it went.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,9 +24,9 @@ pub struct Trace {
     /// Score per candidate model.
     pub scores: Vec<(String, f64)>,
     /// Why the algorithm chose as it did, in one line.
-    pub selection_reason: String,
+    pub selection_reason: Cow<'static, str>,
     /// The id outcomes refer to, once the request was forwarded.
-    pub run_id: Option<String>,
+    pub run_id: Option<crate::state::RunId>,
     /// What session continuity did, when the request named a session.
     pub session: Option<SessionTrace>,
     /// What a looper did, when the decision ran one.
@@ -148,7 +149,7 @@ impl Trace {
             confidence: 1.0,
             algorithm: "",
             scores: Vec::new(),
-            selection_reason: String::new(),
+            selection_reason: Cow::Borrowed(""),
             run_id: None,
             session: None,
             looper: None,
@@ -187,7 +188,7 @@ impl Trace {
             headers.push(("x-mom-confidence", self.confidence_label()));
             if !self.scores.is_empty() {
                 headers.push(("x-mom-scores", self.scores_label()));
-                headers.push(("x-mom-selection-reason", self.selection_reason.clone()));
+                headers.push(("x-mom-selection-reason", self.selection_reason.to_string()));
             }
         }
         if let Some(session) = &self.session {
@@ -226,7 +227,7 @@ impl Trace {
             headers.push(("x-mom-fallback", chain.clone()));
         }
         if let Some(run_id) = &self.run_id {
-            headers.push(("x-mom-run-id", run_id.clone()));
+            headers.push(("x-mom-run-id", run_id.to_string()));
         }
         if let Some(translation) = &self.translation {
             headers.push(("x-mom-translation", translation.label()));

@@ -69,20 +69,22 @@ impl AuthzSignal {
     }
 
     pub(super) fn evaluate(&self, headers: &Headers) -> Evidence {
-        let held: Vec<&str> = match &self.source {
+        let wanted = |role: &&str| self.roles.iter().any(|wanted| wanted == role);
+        let role = match &self.source {
             RolesSource::Header(header) => {
-                headers.get(header).unwrap_or_default().split(',').collect()
+                let held = headers.get(header).unwrap_or_default();
+                held.split(',').map(str::trim).find(wanted)
             }
             RolesSource::Metadata { namespace, path } => match headers.metadata(namespace, path) {
-                Some(Value::String(roles)) => roles.split(',').collect(),
-                Some(Value::Array(roles)) => roles.iter().filter_map(Value::as_str).collect(),
-                _ => Vec::new(),
+                Some(Value::String(held)) => held.split(',').map(str::trim).find(wanted),
+                Some(Value::Array(held)) => held
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::trim)
+                    .find(wanted),
+                _ => None,
             },
         };
-        let role = held
-            .into_iter()
-            .map(str::trim)
-            .find(|role| self.roles.iter().any(|wanted| wanted == role));
         Evidence {
             label: role.map(str::to_owned),
             ..Evidence::certain(role.is_some())

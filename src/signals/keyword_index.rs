@@ -204,7 +204,9 @@ impl KeywordIndex {
                             .for_each(&mut mark);
                     }
                 }
-                for (set, terms) in &group.patterns {
+                // Most texts match no pattern: a plain search says so without the set of
+                // matches an overlapping one builds.
+                for (set, terms) in group.patterns.iter().filter(|(set, _)| set.is_match(text)) {
                     for index in set.matches(text).iter() {
                         terms[index].iter().for_each(&mut mark);
                     }

@@ -57,7 +57,7 @@ impl LanguageSignal {
     }
 
     pub(super) fn evaluate(&self, request: &ChatRequest) -> Evidence {
-        let text = self.scope.texts(request).join("\n");
+        let text = self.scope.texts(request).collect::<Vec<_>>().join("\n");
         let Some(info) = whatlang::detect(&text) else {
             return Evidence {
                 confidence: 0.0,

@@ -14,18 +14,17 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// The texts in scope, in message order.
-    pub fn texts(self, request: &ChatRequest) -> Vec<&str> {
-        match self {
-            Self::LastUser => vec![request.last_user_text()],
-            Self::AllUser => request
-                .messages
-                .iter()
-                .filter(|m| m.role == "user")
-                .map(|m| m.text.as_str())
-                .collect(),
-            Self::All => request.messages.iter().map(|m| m.text.as_str()).collect(),
-        }
+    /// The texts in scope, in message order (read in place: nothing is collected).
+    pub fn texts(self, request: &ChatRequest) -> impl Iterator<Item = &str> {
+        // The last user message alone, or the messages the scope reads in turn.
+        let (last_user, messages) = match self {
+            Self::LastUser => (Some(request.last_user_text()), &request.messages[..0]),
+            Self::AllUser | Self::All => (None, &request.messages[..]),
+        };
+        let read = move |m: &&crate::llm::Message| self == Self::All || m.role == "user";
+        last_user
+            .into_iter()
+            .chain(messages.iter().filter(read).map(|m| m.text.as_str()))
     }
 }
 

@@ -15,6 +15,7 @@ mod outcome;
 mod pool;
 mod queue_metrics;
 mod redis;
+mod run_id;
 mod runs;
 mod stats;
 mod window;
@@ -24,6 +25,7 @@ pub use health::Health;
 pub use outcome::{Outcome, OutcomeError};
 pub use pool::{InFlight, Pool};
 pub use queue_metrics::QueueFormat;
+pub use run_id::{RunId, RunIdText};
 pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 
@@ -357,20 +359,22 @@ impl StateStore {
     }
 
     /// Remembers a forwarded request so outcomes can refer to it (on any replica, when shared).
-    pub fn remember_run(&self, id: String, run: Run) {
+    pub fn remember_run(&self, id: RunId, run: Run) {
         if let Some(redis) = &self.redis {
-            redis.queue(Write::Run(id.clone(), run.clone(), self.settings.run_ttl));
+            redis.queue(Write::Run(id, run.clone(), self.settings.run_ttl));
         }
         self.runs.insert(id, run);
     }
 
     /// The run with this id, while it is remembered here or, when shared, by any replica.
+    /// Only an id mom-router writes names a run.
     pub async fn find_run(&self, id: &str) -> Option<Run> {
+        let id = RunId::parse(id)?;
         if let Some(run) = self.runs.get(id) {
             return Some(run);
         }
         let run = self.redis.as_ref()?.find_run(id).await?;
-        self.runs.insert(id.to_owned(), run.clone());
+        self.runs.insert(id, run.clone());
         Some(run)
     }
 

@@ -52,7 +52,7 @@ pub(super) enum Write {
         outcome: Outcome,
         elo_k: f64,
     },
-    Run(String, Run, Duration),
+    Run(super::RunId, Run, Duration),
     Answer(CacheKey, std::sync::Arc<Kept>),
     /// A run record (JSON) appended to a stream trimmed to about `max_len` entries.
     Record {
@@ -300,7 +300,7 @@ impl RedisTier {
     }
 
     /// A run another replica made, when Redis knows it.
-    pub(super) async fn find_run(&self, id: &str) -> Option<Run> {
+    pub(super) async fn find_run(&self, id: super::RunId) -> Option<Run> {
         let mut connection = self.connection.clone();
         let read = connection.get::<_, Option<String>>(self.key(&format!("run:{id}")));
         match tokio::time::timeout(self.timeout * 2, read).await {

@@ -3,7 +3,7 @@
 //! dropped at once rather than bookkeeping per entry. A run is found for its time to live
 //! (checked on read), and the newest half of the capacity is always kept.
 
-use super::Run;
+use super::{Run, RunId};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ pub struct Runs {
 }
 
 /// Runs by id: the ids are mom-router's own random ones, so a fast hasher serves.
-type RunMap = HashMap<String, (Instant, Run), foldhash::fast::RandomState>;
+type RunMap = HashMap<RunId, (Instant, Run), foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct Generations {
@@ -39,7 +39,7 @@ impl Runs {
     }
 
     /// Remembers `run` under `id`.
-    pub fn insert(&self, id: String, run: Run) {
+    pub fn insert(&self, id: RunId, run: Run) {
         let now = Instant::now();
         let retired = {
             let mut g = self.lock();
@@ -59,9 +59,9 @@ impl Runs {
     }
 
     /// The run with this id, while it is remembered and younger than the time to live.
-    pub fn get(&self, id: &str) -> Option<Run> {
+    pub fn get(&self, id: RunId) -> Option<Run> {
         let g = self.lock();
-        let (at, run) = g.current.get(id).or_else(|| g.previous.get(id))?;
+        let (at, run) = g.current.get(&id).or_else(|| g.previous.get(&id))?;
         (at.elapsed() < self.ttl).then(|| run.clone())
     }
 
@@ -88,26 +88,26 @@ mod tests {
     #[test]
     fn keeps_the_newest_half_of_its_capacity_and_at_most_all_of_it() {
         let runs = Runs::new(10, Duration::from_secs(60));
-        for i in 0..23 {
-            runs.insert(format!("r{i}"), run(&format!("m{i}")));
+        let ids: Vec<RunId> = (0..23).map(|_| RunId::random()).collect();
+        for (i, id) in ids.iter().enumerate() {
+            runs.insert(*id, run(&format!("m{i}")));
         }
-        let kept: Vec<usize> = (0..23)
-            .filter(|i| runs.get(&format!("r{i}")).is_some())
-            .collect();
+        let kept: Vec<usize> = (0..23).filter(|&i| runs.get(ids[i]).is_some()).collect();
         assert!(kept.len() <= 10, "{kept:?}");
         assert!((18..23).all(|i| kept.contains(&i)), "{kept:?}");
-        assert_eq!(runs.get("r22").map(|r| r.model), Some("m22".to_owned()));
-        assert_eq!(runs.get("r0"), None);
+        assert_eq!(runs.get(ids[22]).map(|r| r.model), Some("m22".to_owned()));
+        assert_eq!(runs.get(ids[0]), None);
     }
 
     #[test]
     fn a_run_past_its_time_to_live_is_not_found() {
         let runs = Runs::new(100, Duration::from_millis(300));
-        runs.insert("old".to_owned(), run("a"));
-        assert!(runs.get("old").is_some());
+        let (old, new) = (RunId::random(), RunId::random());
+        runs.insert(old, run("a"));
+        assert!(runs.get(old).is_some());
         std::thread::sleep(Duration::from_millis(350));
-        assert_eq!(runs.get("old"), None);
-        runs.insert("new".to_owned(), run("b"));
-        assert!(runs.get("new").is_some());
+        assert_eq!(runs.get(old), None);
+        runs.insert(new, run("b"));
+        assert!(runs.get(new).is_some());
     }
 }

@@ -42,7 +42,7 @@ pub fn from_trace(
     let energy_joules = looper.as_ref().map_or(0.0, |l| l.energy_joules);
     let artifact = snapshot.artifact.as_ref();
     RunRecord {
-        run_id: trace.run_id.clone().unwrap_or_default(),
+        run_id: trace.run_id.map(|id| id.to_string()).unwrap_or_default(),
         time_unix_ms,
         config_version: trace.config_version.clone(),
         identity: trace.identity.clone().unwrap_or_default(),
@@ -71,7 +71,7 @@ pub fn from_trace(
                 score: *score,
             })
             .collect(),
-        selection_reason: trace.selection_reason.clone(),
+        selection_reason: trace.selection_reason.to_string(),
         model: trace.model.clone().unwrap_or_default(),
         provider_model: trace.provider_model.clone().unwrap_or_default(),
         plugins: trace

@@ -10,23 +10,13 @@ use crate::observability::metrics::{
     FallbackLabels, PluginLabels, ReplyLabels, RouteLabels, SignalLabels, TenantLabels,
     TenantRefusalLabels,
 };
-use crate::state::{now_ms, Run};
+use crate::state::{now_ms, Run, RunId};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The header that bounds Envoy's wait for the upstream's response headers (its per-try
 /// timeout); needs `mutation_rules: { allow_envoy: true }` on the ext_proc filter.
 const FIRST_BYTE_HEADER: &str = "x-envoy-upstream-rq-per-try-timeout-ms";
-
-/// A fresh run id: 32 hex digits.
-fn new_run_id() -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let n = rand::random::<u128>();
-    (0..32)
-        .rev()
-        .map(|digit| char::from(HEX[(n >> (4 * digit)) as usize & 0xf]))
-        .collect()
-}
 
 /// A forwarded request, while its response comes.
 pub(super) struct Forwarded {
@@ -110,14 +100,14 @@ impl Exchange {
                     algorithm = trace.algorithm,
                     "routed"
                 );
-                let run_id = new_run_id();
+                let run_id = RunId::random();
                 // The run is credited to what the request was counted under.
                 let run = Run {
                     identity: labels.identity,
                     decision: labels.decision,
                     model: labels.model,
                 };
-                self.services.state.remember_run(run_id.clone(), run);
+                self.services.state.remember_run(run_id, run);
                 trace.run_id = Some(run_id);
                 if let Some(traced) = &mut self.traced {
                     let traceparent = traced.forward();
@@ -163,7 +153,7 @@ impl Exchange {
                             trace,
                             in_flight,
                         };
-                        self.ticket = Some(self.services.parked.park(run_id.clone(), waiting));
+                        self.ticket = Some(self.services.parked.park(*run_id, waiting));
                     }
                 }
                 let outcome = if self.unwatched {
@@ -200,14 +190,14 @@ impl Exchange {
                 if chat {
                     // A chat answer mom-router gives itself (a cache hit, a looper's answer) can
                     // receive outcomes like a forwarded one; a refusal's id finds its record.
-                    let run_id = new_run_id();
+                    let run_id = RunId::random();
                     if let (Some(model), true) = (&trace.model, reply.succeeded()) {
                         let run = Run {
                             identity: trace.identity.clone().unwrap_or_default(),
                             decision: trace.decision_label().to_owned(),
                             model: model.clone(),
                         };
-                        self.services.state.remember_run(run_id.clone(), run);
+                        self.services.state.remember_run(run_id, run);
                     }
                     trace.run_id = Some(run_id);
                 }
@@ -265,18 +255,5 @@ impl Exchange {
             }
             (None, None) => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_run_id_is_32_lowercase_hex_digits_and_fresh_each_time() {
-        let (a, b) = (super::new_run_id(), super::new_run_id());
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')), "{a}");
-        assert_ne!(a, b);
-        let n = u128::from_str_radix(&a, 16).unwrap();
-        assert_eq!(format!("{n:032x}"), a);
     }
 }

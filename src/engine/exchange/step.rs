@@ -284,7 +284,7 @@ impl Outcome {
             outcome.push_text("session_reason", &session.reason);
         }
         if let Some(run_id) = &trace.run_id {
-            outcome.push_text("run_id", run_id);
+            outcome.push_text("run_id", run_id.text().as_str());
         }
         if let Some(provider_model) = &trace.provider_model {
             outcome.push_text("provider_model", provider_model);

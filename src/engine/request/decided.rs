@@ -95,7 +95,8 @@ pub(in crate::engine) async fn carry_out(
         trace.selection_reason = format!(
             "rerouted by a guard plugin to {}",
             snapshot.models[model].name
-        );
+        )
+        .into();
         (forward(trace, request, &snapshot.models[model]), None)
     } else {
         // Personal data is never cached: a request whose values were masked is neither looked

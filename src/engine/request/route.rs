@@ -10,7 +10,7 @@ use crate::engine::{failover, forward, refusal, refusal_after, RouteError, Route
 use crate::engine::{Trace, MAX_DEPTH};
 use crate::llm::{ChatRequest, Headers, LlmClient};
 use crate::selection::{request_key, Algorithm};
-use crate::signals::{Input, Neural, OnError, SignalKind};
+use crate::signals::{Input, Neural, OnError, SignalKind, SignalResult};
 use crate::state::StateStore;
 
 /// Routes a complete chat-completion body (within the size limit): a client's request is
@@ -193,16 +193,18 @@ fn route_identity<'s>(
         body,
     } = *context;
     let mut facts: Vec<Option<Fact>> = vec![None; snapshot.signals.len()];
-    let mut values: Vec<Option<f64>> = vec![None; snapshot.signals.len()];
-    let mut results = Vec::with_capacity(identity.signals.len());
-    // Signal indices are sorted and projections come after the signals they read.
+    let mut results: Vec<SignalResult> = Vec::with_capacity(identity.signals.len());
+    // Signal indices are sorted and projections come after the signals they read, so an
+    // earlier signal's result sits at its place in the identity's list.
     for &index in &identity.signals {
         let signal = &snapshot.signals[index];
         let earlier = |i: usize| {
-            facts.get(i).copied().flatten().map(|fact| Input {
+            let fact = facts.get(i).copied().flatten()?;
+            let at = identity.signals.binary_search(&i).ok()?;
+            Some(Input {
                 matched: fact.matched,
                 confidence: fact.confidence,
-                value: values.get(i).copied().flatten(),
+                value: results.get(at).and_then(|r| r.value),
             })
         };
         let result = signal.evaluate(request, headers, neural, &earlier);
@@ -239,7 +241,6 @@ fn route_identity<'s>(
             matched: result.matched,
             confidence: result.confidence,
         });
-        values[index] = result.value;
         results.push(result);
     }
     let mut trace = Trace::empty(snapshot);
@@ -260,7 +261,7 @@ fn route_identity<'s>(
         (None, Fallback::Objective(decision)) => (decision.as_ref(), 1.0),
         (None, Fallback::Default(model)) => {
             trace.algorithm = Algorithm::Static.name();
-            trace.selection_reason = "no decision matched: the identity's default model".to_owned();
+            trace.selection_reason = "no decision matched: the identity's default model".into();
             return Ok((trace, *model, None));
         }
     };
@@ -278,7 +279,7 @@ fn route_identity<'s>(
         Ok(selection) => selection,
         Err(error) => return Err(Box::new((error, trace))),
     };
-    trace.selection_reason = selection.reason;
+    trace.selection_reason = selection.reason.into();
     trace.confidence = confidence;
     trace.algorithm = decision.algorithm.name();
     trace.scores = decision
