@@ -366,10 +366,10 @@ async fn read_queue_metrics(
             let Some((format, interval)) = model.queue_metrics else {
                 continue;
             };
-            if due.get(&model.name).is_some_and(|at| *at > now) {
+            if due.get(&*model.name).is_some_and(|at| *at > now) {
                 continue;
             }
-            due.insert(model.name.clone(), now + interval);
+            due.insert(model.name.to_string(), now + interval);
             let patience = interval.min(std::time::Duration::from_secs(2));
             match client.metrics(&model.name, patience).await {
                 Ok(text) => match format.queued(&text) {

@@ -281,7 +281,7 @@ fn a_binding_places_a_bundle_but_can_never_change_its_meaning() {
     );
     let snapshot = bind(&good).unwrap();
     let smol = snapshot.model_index("smollm2-135m").unwrap();
-    assert_eq!(snapshot.models[smol].provider_model, "smollm2-135m-q8");
+    assert_eq!(&*snapshot.models[smol].provider_model, "smollm2-135m-q8");
     let artifact = snapshot.artifact.clone().unwrap();
     assert_eq!(artifact.bundle_digest, manifest.digest);
     assert_eq!(

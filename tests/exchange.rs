@@ -88,7 +88,7 @@ async fn a_chat_request_is_forwarded_and_its_response_passed_on_with_the_decisio
     let Step::Forward { forward, outcome } = step else {
         panic!("not forwarded: {step:?}");
     };
-    assert_eq!(forward.model, "coder");
+    assert_eq!(&*forward.model, "coder");
     let sent: serde_json::Value = serde_json::from_slice(&forward.body).unwrap();
     assert_eq!(sent["model"], "c", "the body names the provider model");
     assert_eq!(text(&outcome, "decision"), Some("code"));

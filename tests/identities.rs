@@ -178,7 +178,7 @@ async fn changing_what_an_identity_means_needs_a_new_version() {
     .await;
     assert!(applied.is_some(), "the versioned change was not applied");
     let light = sidecar.running.store.snapshot();
-    assert_eq!(light.identity("mom/light").unwrap().version, "2");
+    assert_eq!(&*light.identity("mom/light").unwrap().version, "2");
     // A description is not meaning: rewording it needs no bump.
     let reworded = bumped.replace("The cheapest expected cost", "The lowest expected cost");
     sidecar.rewrite_config(&reworded);

@@ -194,9 +194,9 @@ async fn reported_outcomes_move_the_learned_p_within_its_bound() {
         services.state.remember_run(
             id,
             Run {
-                identity: "mom/i0".to_owned(),
-                decision: "d0".to_owned(),
-                model: model.to_owned(),
+                identity: "mom/i0".into(),
+                decision: "d0".into(),
+                model: model.into(),
             },
         );
         let state = services.state.clone();

@@ -230,9 +230,9 @@ async fn outcomes_are_validated_and_unknown_runs_are_not_found() {
     runs.remember_run(
         gemma_run,
         mom_router::state::Run {
-            identity: "mom/auto".to_owned(),
-            decision: "pick".to_owned(),
-            model: "gemma3-270m".to_owned(),
+            identity: "mom/auto".into(),
+            decision: "pick".into(),
+            model: "gemma3-270m".into(),
         },
     );
     let (status, _) = post_outcome(

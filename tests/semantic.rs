@@ -75,7 +75,7 @@ async fn on_error_decides_what_a_missing_embedding_means() {
         .await;
         match (&routed.action, expect_status, expect_model) {
             (Action::Forward(forward), None, Some(model)) => {
-                assert_eq!(forward.model, model, "{policy}");
+                assert_eq!(&*forward.model, model, "{policy}");
                 assert!(
                     routed.trace.signals[0].error.is_some(),
                     "{policy}: error not recorded"

@@ -225,7 +225,7 @@ async fn config(State(state): State<AdminState>) -> impl IntoResponse {
 async fn lock(State(state): State<AdminState>) -> impl IntoResponse {
     let version = state.store.snapshot().version.clone();
     match state.lock.load_full() {
-        Some(lock) if lock.config_version == version => (
+        Some(lock) if *lock.config_version == *version => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
             lock.document.to_string(),

@@ -130,7 +130,7 @@ pub fn run(args: EvalArgs) -> ExitCode {
         }
     }
     let fixed = if args.fixed.is_empty() {
-        snapshot.models.iter().map(|m| m.name.clone()).collect()
+        snapshot.models.iter().map(|m| m.name.to_string()).collect()
     } else {
         args.fixed.clone()
     };
@@ -147,12 +147,12 @@ pub fn run(args: EvalArgs) -> ExitCode {
         pricing: snapshot
             .models
             .iter()
-            .filter_map(|m| m.pricing.map(|p| (m.name.clone(), p)))
+            .filter_map(|m| m.pricing.map(|p| (m.name.to_string(), p)))
             .collect(),
         power_watts: snapshot
             .models
             .iter()
-            .filter_map(|m| m.power_watts.map(|w| (m.name.clone(), w)))
+            .filter_map(|m| m.power_watts.map(|w| (m.name.to_string(), w)))
             .collect(),
         max_tokens: args.max_tokens,
         timeout: Duration::from_secs(args.timeout_s.max(1)),

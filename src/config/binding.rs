@@ -186,7 +186,8 @@ pub fn compile_bound(
         "{}+bundle.{}",
         snapshot.version,
         bundle_tag(&bundle.manifest.digest)
-    );
+    )
+    .into();
     snapshot.artifact = Some(Artifact {
         bundle_digest: bundle.manifest.digest.clone(),
         binding_digest: binding.map(|b| b.digest).unwrap_or_default(),

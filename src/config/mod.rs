@@ -27,7 +27,7 @@ pub use snapshot::{
     FusionLooper, Identity, Listen, Looper, Model, Objective, OnCallError, Policy, Pricing,
     RatingsLooper, RecordSettings, RemomLooper, Server, Sessions, Snapshot, WorkflowsLooper,
 };
-pub use snapshot::{Contract, OnViolation};
+pub use snapshot::{Contract, Name, OnViolation};
 pub use store::{ConfigStore, ReloadOutcome, Source};
 
 use sha2::{Digest, Sha256};

@@ -11,6 +11,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// A name from the configuration (a model, an identity, a decision, a version): shared by
+/// every request's evidence, headers, labels and runs that carry it, so carrying one copies
+/// nothing.
+pub type Name = Arc<str>;
+
 /// Where the ext_proc gRPC server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
@@ -50,9 +55,9 @@ pub struct Pricing {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Model {
     /// Logical name, the `x-selected-model` value Envoy routes on.
-    pub name: String,
+    pub name: Name,
     /// Model id the upstream expects in the body.
-    pub provider_model: String,
+    pub provider_model: Name,
     /// Description for `/v1/models`.
     pub description: String,
     /// Context window in tokens, when known.
@@ -159,6 +164,13 @@ pub struct Failover {
     pub cool_down: std::time::Duration,
 }
 
+impl Failover {
+    /// True when the decision named `decision` keeps its requests on its chosen model.
+    pub fn excepts(&self, decision: &str) -> bool {
+        self.except.iter().any(|name| name == decision)
+    }
+}
+
 /// Per-request bounds of an identity.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Bounds {
@@ -183,9 +195,9 @@ pub enum Fallback {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
     /// Name in the request's `model` field.
-    pub name: String,
+    pub name: Name,
     /// Contract version.
-    pub version: String,
+    pub version: Name,
     /// Description for `/v1/models`.
     pub description: String,
     /// What it optimises.
@@ -218,7 +230,7 @@ pub struct Identity {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// Name shown in headers and logs.
-    pub name: String,
+    pub name: Name,
     /// Description.
     pub description: String,
     /// Higher wins.
@@ -452,7 +464,7 @@ pub struct Sessions {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     /// `label@hash`: the document's `version` label and the first 12 hex digits of its SHA-256.
-    pub version: String,
+    pub version: Name,
     /// Listeners and limits.
     pub server: Server,
     /// Where learned state lives (read at start).
@@ -530,8 +542,8 @@ impl Snapshot {
     pub fn callable_names(&self) -> Vec<&str> {
         self.identities
             .iter()
-            .map(|i| i.name.as_str())
-            .chain(self.models.iter().map(|m| m.name.as_str()))
+            .map(|i| &*i.name)
+            .chain(self.models.iter().map(|m| &*m.name))
             .collect()
     }
 }

@@ -148,7 +148,9 @@ impl ConfigStore {
                 }
                 let version = snapshot.version.clone();
                 self.current.store(Arc::new(snapshot));
-                ReloadOutcome::Applied { version }
+                ReloadOutcome::Applied {
+                    version: version.to_string(),
+                }
             }
             Err(errors) => ReloadOutcome::Rejected(errors),
         }

@@ -2,7 +2,7 @@
 //! [`Reply`] mom-router sends itself, or a [`Forward`] Envoy sends upstream, with the evidence
 //! ([`Routed`]); and the two ways to build one, [`forward`] and [`refusal`].
 
-use crate::config::{Model, Snapshot};
+use crate::config::{Model, Name, Snapshot};
 use crate::engine::{failover, Obligations, RouteError, Trace};
 use crate::llm::ChatRequest;
 
@@ -83,9 +83,9 @@ impl Reply {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Forward {
     /// Logical model: the `x-selected-model` value.
-    pub model: String,
+    pub model: Name,
     /// Provider model id written into the body.
-    pub provider_model: String,
+    pub provider_model: Name,
     /// The rewritten body.
     pub body: Vec<u8>,
     /// The client asked for server-sent events.
@@ -147,7 +147,7 @@ pub(in crate::engine) fn forward(mut trace: Trace, request: ChatRequest, model: 
     trace.model = Some(model.name.clone());
     trace.provider_model = Some(model.provider_model.clone());
     if trace.identity.is_none() {
-        trace.identity = Some(request.model.clone());
+        trace.identity = Some(request.model.as_str().into());
     }
     let stream = request.stream;
     let estimated_prompt_tokens = crate::signals::estimate_tokens(&request);

@@ -8,7 +8,7 @@
 //! A plan is made when the request is forwarded ([`plan`]); [`fail_over`] runs it when the
 //! failure is seen, from whichever ext_proc stream sees it.
 
-use crate::config::{Decision, Failover, Identity, Snapshot};
+use crate::config::{Decision, Failover, Identity, Name, Snapshot};
 use crate::engine::Trace;
 use crate::llm::client::Relayed;
 use crate::llm::{CallError, LlmClient, SubReply};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The identity called.
-    pub identity: String,
+    pub identity: Name,
     /// Models in the order they are tried (indices into the snapshot's models); the first is
     /// the one the request was forwarded to.
     pub ranked: Vec<usize>,
@@ -72,7 +72,7 @@ impl FailedOver {
     /// `qwen2.5-coder-0.5b 503 -> smollm2-135m`.
     pub fn label(&self, snapshot: &Snapshot) -> String {
         let answered = self.answered.as_ref().map(|(m, _)| &snapshot.models[*m]);
-        chain(&self.failed, answered.map(|m| m.name.as_str()))
+        chain(&self.failed, answered.map(|m| &*m.name))
     }
 }
 
@@ -110,7 +110,7 @@ impl SubCall {
         let answered = self
             .result
             .is_ok()
-            .then(|| snapshot.models[self.model].name.as_str());
+            .then(|| &*snapshot.models[self.model].name);
         (!self.failed.is_empty()).then(|| chain(&self.failed, answered))
     }
 
@@ -119,7 +119,7 @@ impl SubCall {
         let next = self.failed.iter().skip(1).map(|a| a.model.clone()).chain(
             self.result
                 .is_ok()
-                .then(|| snapshot.models[self.model].name.clone()),
+                .then(|| snapshot.models[self.model].name.to_string()),
         );
         self.failed
             .iter()
@@ -147,7 +147,7 @@ pub(in crate::engine) async fn sub_call(
     body: Vec<u8>,
     deadline: Duration,
 ) -> SubCall {
-    let name = |m: usize| snapshot.models[m].name.as_str();
+    let name = |m: usize| &*snapshot.models[m].name;
     let Some((policy, fallbacks)) = failover else {
         let result = client.chat(name(model), body, 1, deadline).await;
         return SubCall {
@@ -215,13 +215,13 @@ pub(in crate::engine) fn plan(
     snapshot: &Snapshot,
     identity: &Identity,
     decision: Option<&Decision>,
-    scores: &[(String, f64)],
+    scores: &[(Name, f64)],
     forwarded: usize,
     body: &[u8],
     stream: bool,
 ) -> Option<Box<Plan>> {
     let policy = identity.failover.as_ref()?;
-    if decision.is_some_and(|d| policy.except.contains(&d.name)) {
+    if decision.is_some_and(|d| policy.excepts(&d.name)) {
         return None;
     }
     let order = order(snapshot, policy, scores, forwarded);
@@ -243,7 +243,7 @@ pub(in crate::engine) fn plan(
 fn order(
     snapshot: &Snapshot,
     policy: &Failover,
-    scores: &[(String, f64)],
+    scores: &[(Name, f64)],
     first: usize,
 ) -> Vec<usize> {
     // One vector: the scores' places, sorted by score (a stable sort: equal scores keep the
@@ -285,7 +285,7 @@ pub(in crate::engine) fn healthy(
     let Some(policy) = &identity.failover else {
         return chosen;
     };
-    if decision.is_some_and(|d| policy.except.contains(&d.name)) {
+    if decision.is_some_and(|d| policy.excepts(&d.name)) {
         return chosen;
     }
     let now = Instant::now();
@@ -327,7 +327,7 @@ pub async fn fail_over(
     let first = &snapshot.models[plan.ranked[0]].name;
     health.failed(first, plan.policy.cool_down, started);
     let mut failed = vec![Attempt {
-        model: first.clone(),
+        model: first.to_string(),
         failure,
     }];
     let policy = &plan.policy;
@@ -363,7 +363,7 @@ pub async fn fail_over(
         };
         health.failed(&model.name, policy.cool_down, Instant::now());
         failed.push(Attempt {
-            model: model.name.clone(),
+            model: model.name.to_string(),
             failure,
         });
     }
@@ -544,7 +544,7 @@ decisions:
         let parked = Arc::new(Parked::default());
         let waiting = || Waiting {
             plan: Box::new(Plan {
-                identity: "mom/auto".to_owned(),
+                identity: "mom/auto".into(),
                 ranked: vec![0, 1],
                 body: b"{}".to_vec(),
                 stream: false,

@@ -35,7 +35,7 @@ async fn turn(s: &Snapshot, state: &Services, id: &str, messages: Value) -> (Str
     let trace = routed.trace;
     let session = trace.session.clone().unwrap();
     (
-        trace.model.unwrap(),
+        trace.model.unwrap().to_string(),
         format!("{}: {}", session.status, session.reason),
     )
 }

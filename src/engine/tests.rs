@@ -74,7 +74,7 @@ async fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
     )
     .await;
     let forward = forward_of(&routed);
-    assert_eq!(forward.model, "coder");
+    assert_eq!(&*forward.model, "coder");
     let body: Value = serde_json::from_slice(&forward.body).unwrap();
     assert_eq!(body["model"], "coder-v3");
     assert_eq!(routed.trace.decision.as_deref(), Some("code"));
@@ -86,7 +86,7 @@ async fn code_prompt_routes_to_the_coder_and_rewrites_the_body_model() {
 async fn no_matching_decision_uses_the_identity_default() {
     let s = snapshot();
     let routed = on_request_body(&s, &fresh(), &post(), &chat("mom/auto", "hello there")).await;
-    assert_eq!(forward_of(&routed).model, "small");
+    assert_eq!(&*forward_of(&routed).model, "small");
     assert_eq!(routed.trace.decision, None);
     assert_eq!(routed.trace.decision_label(), "none");
 }
@@ -114,7 +114,7 @@ async fn identity_only_evaluates_its_own_decisions_and_signals() {
         &chat("mom/code-only", "compute 2 + 2"),
     )
     .await;
-    assert_eq!(forward_of(&routed).model, "small");
+    assert_eq!(&*forward_of(&routed).model, "small");
     let names: Vec<&str> = routed.trace.signals.iter().map(|r| &*r.name).collect();
     assert_eq!(names, vec!["code"]);
 }
@@ -139,7 +139,7 @@ async fn weighted_split_is_keyed_by_request_id() {
         let again = on_request_body(&s, &fresh(), &headers, &body).await;
         assert_eq!(forward_of(&first).model, forward_of(&again).model);
         assert_eq!(first.trace.algorithm, "weighted");
-        picked.insert(forward_of(&first).model.clone());
+        picked.insert(forward_of(&first).model.to_string());
     }
     assert_eq!(
         picked.into_iter().collect::<Vec<_>>(),
@@ -152,8 +152,8 @@ async fn a_concrete_model_passes_through_without_policy() {
     let s = snapshot();
     let routed = on_request_body(&s, &fresh(), &post(), &chat("canary", "python")).await;
     let forward = forward_of(&routed);
-    assert_eq!(forward.model, "canary");
-    assert_eq!(forward.provider_model, "canary-v0");
+    assert_eq!(&*forward.model, "canary");
+    assert_eq!(&*forward.provider_model, "canary-v0");
     assert_eq!(routed.trace.algorithm, "passthrough");
     assert!(routed.trace.signals.is_empty());
 }
@@ -261,7 +261,7 @@ decisions:
     let body = chat("mom/auto", "summarise this");
     // Unobserved, both are assumed to write 256 tokens: output price decides.
     let cold = on_request_body(&s, &state, &post(), &body).await;
-    assert_eq!(forward_of(&cold).model, "cheap-output");
+    assert_eq!(&*forward_of(&cold).model, "cheap-output");
     // wordy-cheap-input turns out to answer in two tokens: now its cheap input wins.
     for _ in 0..3 {
         state.state.observe(
@@ -279,7 +279,7 @@ decisions:
         );
     }
     let warm = on_request_body(&s, &state, &post(), &body).await;
-    assert_eq!(forward_of(&warm).model, "wordy-cheap-input");
+    assert_eq!(&*forward_of(&warm).model, "wordy-cheap-input");
     assert!(warm
         .trace
         .selection_reason
@@ -311,7 +311,7 @@ async fn internal_headers_need_the_process_token_and_a_bounded_depth() {
     let deep = on_request_body(&s, &services, &with(&"a".repeat(32), "3"), &body).await;
     assert_eq!(reply_of(&deep).0, 508);
     let inside = on_request_body(&s, &services, &with(&"a".repeat(32), "1"), &body).await;
-    assert_eq!(forward_of(&inside).model, "small");
+    assert_eq!(&*forward_of(&inside).model, "small");
     // Offline (no client, no token) every internal header is refused.
     let offline = on_request_body(&s, &fresh(), &with(&"a".repeat(32), "1"), &body).await;
     assert_eq!(reply_of(&offline).0, 403);
@@ -355,7 +355,7 @@ decisions:
     }
     let body = chat("mom/auto", "hello");
     let idle = on_request_body(&s, &services, &post(), &body).await;
-    assert_eq!(forward_of(&idle).model, "fast");
+    assert_eq!(&*forward_of(&idle).model, "fast");
     // Ten requests ahead on fast's one slot (~1.1 s with its own) against one on slow's
     // (~0.8 s): both busy, the wait decides.
     let pool = &services.state.pool;
@@ -364,7 +364,7 @@ decisions:
         .map(|m| pool.start(m))
         .collect();
     let loaded = on_request_body(&s, &services, &post(), &body).await;
-    assert_eq!(forward_of(&loaded).model, "slow");
+    assert_eq!(&*forward_of(&loaded).model, "slow");
     let reason = &loaded.trace.selection_reason;
     assert!(reason.contains("no free slot anywhere: fast busy: 10 in flight on 1 slot, wait ~1 s; slow busy: 1 in flight on 1 slot"), "{reason}");
 }

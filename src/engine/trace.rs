@@ -2,7 +2,7 @@
 //! metadata and metrics.
 
 use super::{Fault, LooperTrace, SessionTrace};
-use crate::config::Snapshot;
+use crate::config::{Name, Snapshot};
 use crate::signals::SignalResult;
 use std::borrow::Cow;
 
@@ -10,19 +10,19 @@ use std::borrow::Cow;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
     /// The identity (or the concrete model name for pass-through), when known.
-    pub identity: Option<String>,
+    pub identity: Option<Name>,
     /// The identity's contract version.
-    pub identity_version: Option<String>,
+    pub identity_version: Option<Name>,
     /// Computed signals, in configuration order.
     pub signals: Vec<SignalResult>,
     /// The winning decision, if any matched.
-    pub decision: Option<String>,
+    pub decision: Option<Name>,
     /// Confidence of the winning decision (1 for defaults and pass-through).
     pub confidence: f64,
     /// Selection algorithm (`static`, `weighted`, `passthrough`), empty for refusals.
     pub algorithm: &'static str,
     /// Score per candidate model.
-    pub scores: Vec<(String, f64)>,
+    pub scores: Vec<(Name, f64)>,
     /// Why the algorithm chose as it did, in one line.
     pub selection_reason: Cow<'static, str>,
     /// The id outcomes refer to, once the request was forwarded.
@@ -46,11 +46,11 @@ pub struct Trace {
     /// own hand-overs are counted where its failover runs).
     pub handovers: Vec<crate::engine::failover::Handover>,
     /// Logical model chosen.
-    pub model: Option<String>,
+    pub model: Option<Name>,
     /// Provider model id written into the body.
-    pub provider_model: Option<String>,
+    pub provider_model: Option<Name>,
     /// Version of the snapshot that decided.
-    pub config_version: String,
+    pub config_version: Name,
     /// Error code and fault, for refusals.
     pub error: Option<(&'static str, Fault)>,
     /// How a request in another protocol than Chat Completions reached its model.
@@ -174,16 +174,16 @@ impl Trace {
     pub fn response_headers(&self, path: ResponsePath) -> Vec<(&'static str, String)> {
         let mut headers = Vec::with_capacity(24);
         headers.push(("x-mom-response-path", path.name().to_owned()));
-        headers.push(("x-mom-config-version", self.config_version.clone()));
+        headers.push(("x-mom-config-version", self.config_version.to_string()));
         if let Some(identity) = &self.identity {
-            headers.push(("x-mom-identity", identity.clone()));
+            headers.push(("x-mom-identity", identity.to_string()));
         }
         if let Some(version) = &self.identity_version {
-            headers.push(("x-mom-identity-version", version.clone()));
+            headers.push(("x-mom-identity-version", version.to_string()));
         }
         if let Some(model) = &self.model {
             headers.push(("x-mom-decision", self.decision_label().to_owned()));
-            headers.push(("x-mom-model", model.clone()));
+            headers.push(("x-mom-model", model.to_string()));
             headers.push(("x-mom-algorithm", self.algorithm.to_owned()));
             headers.push(("x-mom-confidence", self.confidence_label()));
             if !self.scores.is_empty() {
@@ -318,6 +318,13 @@ impl Trace {
     /// The decision name, or `none` when no decision matched.
     pub fn decision_label(&self) -> &str {
         self.decision.as_deref().unwrap_or("none")
+    }
+
+    /// The decision name, or `none` when no decision matched, as a shared name (for labels and
+    /// runs).
+    pub fn decision_name(&self) -> Name {
+        static NONE: std::sync::LazyLock<Name> = std::sync::LazyLock::new(|| Name::from("none"));
+        self.decision.clone().unwrap_or_else(|| NONE.clone())
     }
 }
 

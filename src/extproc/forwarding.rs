@@ -38,7 +38,7 @@ const SELECTED_MODEL: &str = super::convert::SELECTED_MODEL_HEADER;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Forwarding {
     /// The model Envoy routes to (`x-selected-model`).
-    pub model: String,
+    pub model: crate::config::Name,
     /// Headers set besides those every forward sets (name, value), each replacing any value.
     pub set: Vec<(String, String)>,
     /// Headers removed.
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn writes_the_bytes_prost_writes_for_the_same_response() {
         let plain = Forwarding {
-            model: "qwen2.5-coder-0.5b".to_owned(),
+            model: "qwen2.5-coder-0.5b".into(),
             set: Vec::new(),
             remove: Vec::new(),
             body: br#"{"model":"qwen","messages":[]}"#.to_vec(),
@@ -202,7 +202,7 @@ mod tests {
         // Long values push lengths past one varint byte at every level; an empty body is
         // still a body.
         let edited = Forwarding {
-            model: "m".repeat(300),
+            model: "m".repeat(300).into(),
             set: vec![
                 (":path".to_owned(), "/v1/chat/completions".to_owned()),
                 ("traceparent".to_owned(), "t".repeat(20_000)),

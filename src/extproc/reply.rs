@@ -39,8 +39,10 @@ pub struct Reply {
     pub metadata: Option<Outcome>,
 }
 
-/// A reply's response, besides its metadata.
+/// A reply's response, besides its metadata. Neither variant is boxed: every request has a
+/// reply of each, and a box would be one more allocation for each of them.
 #[derive(Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Response {
     /// Any response, as prost writes it (its `dynamic_metadata` stays unset).
     Message(ProcessingResponse),

@@ -93,7 +93,7 @@ pub async fn resolve(snapshot: &Snapshot, client: &LlmClient, patience: Patience
     document["digest"] = json!(digest);
     document["resolvedUnixMs"] = json!(crate::state::now_ms());
     Lock {
-        config_version: snapshot.version.clone(),
+        config_version: snapshot.version.to_string(),
         digest,
         document,
     }
@@ -202,7 +202,7 @@ async fn upstreams(snapshot: &Snapshot, client: &LlmClient, patience: Patience) 
                         "model": model.name,
                         "providerModel": model.provider_model,
                         "observed": ids,
-                        "listed": ids.contains(&model.provider_model),
+                        "listed": ids.iter().any(|id| **id == *model.provider_model),
                     })
                 }
                 Err(e) => last = e.to_string(),

@@ -1,6 +1,7 @@
 //! Every metric mom-router exports, declared once with typed labels, encoded in the Prometheus
 //! text format at `/metrics`.
 
+use crate::config::Name;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,11 +14,11 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     /// Identity or concrete model requested.
-    pub identity: String,
+    pub identity: Name,
     /// Winning decision or `none`.
-    pub decision: String,
+    pub decision: Name,
     /// Logical model chosen.
-    pub model: String,
+    pub model: Name,
 }
 
 /// Labels of a model call in the OpenTelemetry GenAI conventions (`gen_ai.*` attributes, dots as

@@ -79,7 +79,8 @@ pub fn replay(snapshot: &Snapshot, records: &[RunRecord]) -> Report {
                 report.replayed += 1;
                 if replayed == record.decision {
                     report.same += 1;
-                    if let Some(decision) = snapshot.decisions.iter().find(|d| d.name == replayed) {
+                    if let Some(decision) = snapshot.decisions.iter().find(|d| *d.name == *replayed)
+                    {
                         replay_model(snapshot, decision, record, &name, &mut report);
                     }
                 } else {
@@ -140,12 +141,12 @@ fn replay_model(
     let selection = allocation.choose(&predicted);
     let model = &snapshot.models[decision.candidates[selection.chosen].model].name;
     report.models_replayed += 1;
-    if *model != record.model {
+    if **model != *record.model {
         report.model_differences.push(ModelDifference {
             run_id: record.run_id.clone(),
-            decision: decision.name.clone(),
+            decision: decision.name.to_string(),
             recorded: record.model.clone(),
-            replayed: model.clone(),
+            replayed: model.to_string(),
             reason: selection.reason,
         });
     }
@@ -197,8 +198,8 @@ fn decide(snapshot: &Snapshot, record: &RunRecord) -> Result<String, String> {
     }
     let winner = decision::pick(&snapshot.decisions, &identity.decisions, &facts);
     Ok(match (winner, &identity.fallback) {
-        (Some((index, _)), _) => snapshot.decisions[index].name.clone(),
-        (None, Fallback::Objective(decision)) => decision.name.clone(),
+        (Some((index, _)), _) => snapshot.decisions[index].name.to_string(),
+        (None, Fallback::Objective(decision)) => decision.name.to_string(),
         (None, Fallback::Default(_)) => "none".to_owned(),
     })
 }

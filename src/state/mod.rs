@@ -30,6 +30,7 @@ pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 
 use self::redis::{RedisTier, Write};
+use crate::config::Name;
 use crate::observability::metrics::StateLabels;
 use crate::selection::LatencyMetric;
 use prometheus_client::metrics::counter::Counter;
@@ -104,11 +105,11 @@ impl Default for Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     /// The identity called.
-    pub identity: String,
+    pub identity: Name,
     /// The winning decision (`none` when the default served).
-    pub decision: String,
+    pub decision: Name,
     /// The model that served.
-    pub model: String,
+    pub model: Name,
 }
 
 /// What [`StateStore::start`] gives: the store, the tasks that end at `stop`, and the writers

@@ -308,9 +308,9 @@ impl RedisTier {
                 let value = value?;
                 let mut parts = value.split(SEP);
                 Some(Run {
-                    identity: parts.next()?.to_owned(),
-                    decision: parts.next()?.to_owned(),
-                    model: parts.next()?.to_owned(),
+                    identity: parts.next()?.into(),
+                    decision: parts.next()?.into(),
+                    model: parts.next()?.into(),
                 })
             }
             _ => {

@@ -79,9 +79,9 @@ mod tests {
 
     fn run(model: &str) -> Run {
         Run {
-            identity: "mom/auto".to_owned(),
-            decision: "none".to_owned(),
-            model: model.to_owned(),
+            identity: "mom/auto".into(),
+            decision: "none".into(),
+            model: model.into(),
         }
     }
 
@@ -95,7 +95,7 @@ mod tests {
         let kept: Vec<usize> = (0..23).filter(|&i| runs.get(ids[i]).is_some()).collect();
         assert!(kept.len() <= 10, "{kept:?}");
         assert!((18..23).all(|i| kept.contains(&i)), "{kept:?}");
-        assert_eq!(runs.get(ids[22]).map(|r| r.model), Some("m22".to_owned()));
+        assert_eq!(runs.get(ids[22]).map(|r| r.model), Some("m22".into()));
         assert_eq!(runs.get(ids[0]), None);
     }
 

@@ -105,7 +105,7 @@ impl Sidecar {
 
     /// The live configuration version.
     pub fn version(&self) -> String {
-        self.running.store.snapshot().version.clone()
+        self.running.store.snapshot().version.to_string()
     }
 }
 

@@ -398,7 +398,7 @@ fn knn(
         models
             .get(c.model)
             .and_then(Option::as_ref)
-            .map(|m| m.name.as_str())
+            .map(|m| &*m.name)
     };
     let mut labels = Vec::new();
     let mut ok = true;

@@ -140,7 +140,7 @@ fn compile_identity(
             if !eligible.contains(&candidate.model) {
                 let model = tables.compiled_models[candidate.model]
                     .as_ref()
-                    .map_or("?", |m| m.name.as_str());
+                    .map_or("?", |m| &*m.name);
                 errors.push(
                     format!("{path}.decisions"),
                     format!(
@@ -239,8 +239,8 @@ fn compile_identity(
     };
     let fallback = fallback?;
     ok.then(|| Identity {
-        name: identity.name.clone(),
-        version: identity.version.clone(),
+        name: identity.name.as_str().into(),
+        version: identity.version.as_str().into(),
         description: identity.description.clone(),
         objective,
         eligible,
@@ -406,7 +406,7 @@ fn objective_decision(
         errors,
     )?;
     Some(Decision {
-        name: format!("objective:{}", objective.name()),
+        name: format!("objective:{}", objective.name()).into(),
         description: format!("{}'s {} objective", identity.name, objective.name()),
         priority: i32::MIN,
         rule: Rule::All(Vec::new()),
@@ -446,7 +446,7 @@ fn contract_hash(
     let decision_names: Vec<&str> = decisions
         .iter()
         .filter_map(|&d| tables.decisions.get(d)?.as_ref())
-        .map(|d| d.name.as_str())
+        .map(|d| &*d.name)
         .collect();
     let signal_sources: Vec<Json> = signals
         .iter()

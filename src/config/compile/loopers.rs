@@ -44,7 +44,7 @@ impl Refs<'_> {
         self.models
             .get(candidate.model)
             .and_then(Option::as_ref)
-            .map_or("", |m| m.name.as_str())
+            .map_or("", |m| &*m.name)
     }
 
     /// The candidate index of model `wanted`, named in `field`; an error naming the modelRefs
@@ -383,7 +383,7 @@ fn confidence(refs: &Refs<'_>, raw: &RawLooper, errors: &mut Errors) -> Option<L
             let name = models
                 .get(missing.model)
                 .and_then(Option::as_ref)
-                .map_or("?", |m| m.name.as_str());
+                .map_or("?", |m| &*m.name);
             errors.push(
                 format!("{path}.order"),
                 format!("order: cost reads model cost; declare `pricing` on model {name:?}"),

@@ -133,13 +133,13 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         );
     }
     let identity_index = index_by_name(
-        identities.iter().map(|(i, d)| (*i, d.name.as_str())),
+        identities.iter().map(|(i, d)| (*i, &*d.name)),
         "identities",
         &raw.broken,
         errors,
     );
     for (i, identity) in &identities {
-        if model_index.contains_key(&identity.name) {
+        if model_index.contains_key(&*identity.name) {
             errors.push(
                 format!("identities[{i}].name"),
                 format!(
@@ -233,7 +233,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         observe_responses,
         response_work,
         fails_over,
-        version: format!("{label}@{}", &hash[..12.min(hash.len())]),
+        version: format!("{label}@{}", &hash[..12.min(hash.len())]).into(),
         server,
         state,
         records,
@@ -518,8 +518,8 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
             }
         }
         models.push(ok.then(|| Model {
-            name: model.name.clone(),
-            provider_model: model.provider_model.clone(),
+            name: model.name.as_str().into(),
+            provider_model: model.provider_model.as_str().into(),
             description: model.description.clone(),
             context_window: model.context_window,
             pricing: model.pricing.as_ref().map(|p| Pricing {

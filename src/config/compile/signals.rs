@@ -497,7 +497,7 @@ pub(super) fn compile_decisions(
             continue;
         };
         decisions.push(rule.map(|rule| Decision {
-            name: decision.name.clone(),
+            name: decision.name.as_str().into(),
             description: decision.description.clone(),
             priority: decision.priority,
             rule,

@@ -118,17 +118,15 @@ impl Exchange {
                     crate::engine::in_protocol(&mut reply, protocol);
                 }
                 if let Some(record) = &mut self.record {
-                    record.model.clone_from(&snapshot.models[model].name);
-                    record
-                        .provider_model
-                        .clone_from(&snapshot.models[model].provider_model);
+                    record.model = snapshot.models[model].name.to_string();
+                    record.provider_model = snapshot.models[model].provider_model.to_string();
                     record.status = u32::from(reply.status);
                     record.response_path = ResponsePath::Fallback.name().to_owned();
                 }
                 let step = Step::reply(reply, trace, ResponsePath::Fallback);
                 // The tenant pays for the model that answered, as it reported.
                 if let Some(forwarded) = &self.forwarded {
-                    let answered = (snapshot.models[model].name.as_str(), usage);
+                    let answered = (&*snapshot.models[model].name, usage);
                     self.settle_admission(&forwarded.trace, Some(answered));
                 }
                 step
@@ -161,7 +159,7 @@ impl Exchange {
             ended
                 .answered
                 .iter()
-                .map(|(m, _)| self.snapshot.models[*m].name.clone()),
+                .map(|(m, _)| self.snapshot.models[*m].name.to_string()),
         );
         for (attempt, to) in ended.failed.iter().zip(next) {
             let labels = FallbackLabels {

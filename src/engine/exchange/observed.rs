@@ -87,7 +87,7 @@ impl Exchange {
             return;
         };
         let succeeded = (200..300).contains(&forwarded.status);
-        let answered = succeeded.then_some((forwarded.model.as_str(), usage));
+        let answered = succeeded.then_some((&*forwarded.model, usage));
         self.settle_admission(&forwarded.trace, answered);
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         let total_ms = ms(forwarded_at.elapsed());

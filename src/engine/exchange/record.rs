@@ -44,9 +44,13 @@ pub fn from_trace(
     RunRecord {
         run_id: trace.run_id.map(|id| id.to_string()).unwrap_or_default(),
         time_unix_ms,
-        config_version: trace.config_version.clone(),
-        identity: trace.identity.clone().unwrap_or_default(),
-        identity_version: trace.identity_version.clone().unwrap_or_default(),
+        config_version: trace.config_version.to_string(),
+        identity: trace.identity.as_deref().unwrap_or_default().to_owned(),
+        identity_version: trace
+            .identity_version
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned(),
         signals: trace
             .signals
             .iter()
@@ -67,13 +71,17 @@ pub fn from_trace(
             .scores
             .iter()
             .map(|(model, score)| pb::ModelScore {
-                model: model.clone(),
+                model: model.to_string(),
                 score: *score,
             })
             .collect(),
         selection_reason: trace.selection_reason.to_string(),
-        model: trace.model.clone().unwrap_or_default(),
-        provider_model: trace.provider_model.clone().unwrap_or_default(),
+        model: trace.model.as_deref().unwrap_or_default().to_owned(),
+        provider_model: trace
+            .provider_model
+            .as_deref()
+            .unwrap_or_default()
+            .to_owned(),
         plugins: trace
             .plugins
             .iter()

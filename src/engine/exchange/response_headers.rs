@@ -23,7 +23,7 @@ impl Exchange {
         self.metrics
             .upstream_status
             .get_or_create(&StatusLabels {
-                model: forwarded.model.clone(),
+                model: forwarded.model.to_string(),
                 class,
             })
             .inc();

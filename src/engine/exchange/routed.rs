@@ -23,7 +23,7 @@ pub(super) struct Forwarded {
     /// Shared with the request parked for the failover filter (when the response phases are
     /// skipped), so parking copies nothing; written through `Arc::make_mut`.
     pub(super) trace: Arc<Trace>,
-    pub(super) model: String,
+    pub(super) model: crate::config::Name,
     pub(super) stream: bool,
     pub(super) at: Instant,
     pub(super) estimated_prompt_tokens: u64,
@@ -89,7 +89,7 @@ impl Exchange {
             Action::Forward(mut forward) => {
                 let labels = RouteLabels {
                     identity: trace.identity.clone().unwrap_or_default(),
-                    decision: trace.decision_label().to_owned(),
+                    decision: trace.decision_name(),
                     model: forward.model.clone(),
                 };
                 self.metrics.routed.get_or_create(&labels).inc();
@@ -194,7 +194,7 @@ impl Exchange {
                     if let (Some(model), true) = (&trace.model, reply.succeeded()) {
                         let run = Run {
                             identity: trace.identity.clone().unwrap_or_default(),
-                            decision: trace.decision_label().to_owned(),
+                            decision: trace.decision_name(),
                             model: model.clone(),
                         };
                         self.services.state.remember_run(run_id, run);

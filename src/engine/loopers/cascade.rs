@@ -41,7 +41,7 @@ pub(in crate::engine) async fn confidence_cascade(
         let left = looper.limits.total.saturating_sub(started.elapsed());
         if left.is_zero() {
             record.push_step(Step {
-                model: model.name.clone(),
+                model: model.name.to_string(),
                 outcome: "skipped: total deadline spent".to_owned(),
                 confidence: None,
                 latency_ms: 0.0,
@@ -125,7 +125,7 @@ pub(in crate::engine) async fn confidence_cascade(
                     }
                 }
                 record.push_step(Step {
-                    model: model.name.clone(),
+                    model: model.name.to_string(),
                     outcome,
                     confidence: measured,
                     latency_ms,
@@ -141,7 +141,7 @@ pub(in crate::engine) async fn confidence_cascade(
             }
             Err(error) => {
                 record.push_step(Step {
-                    model: model.name.clone(),
+                    model: model.name.to_string(),
                     outcome: format!("error: {error}"),
                     confidence: None,
                     latency_ms: 0.0,
@@ -152,7 +152,7 @@ pub(in crate::engine) async fn confidence_cascade(
                     OnCallError::Fail => {
                         trace.looper = Some(record);
                         return Err(RouteError::LooperFailed {
-                            model: model.name.clone(),
+                            model: model.name.to_string(),
                             reason: error.to_string(),
                         });
                     }

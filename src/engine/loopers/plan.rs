@@ -139,8 +139,8 @@ pub(in crate::engine) fn validate(
             return Err(format!("steps[{i}].id {id:?} repeats an earlier id"));
         }
         let named = raw["worker"].as_str().unwrap_or_default().trim();
-        let Some(&(worker, _)) = workers.iter().find(|(_, m)| m.name == named) else {
-            let allowed: Vec<&str> = workers.iter().map(|(_, m)| m.name.as_str()).collect();
+        let Some(&(worker, _)) = workers.iter().find(|(_, m)| &*m.name == named) else {
+            let allowed: Vec<&str> = workers.iter().map(|(_, m)| &*m.name).collect();
             return Err(format!(
                 "steps[{i}].worker {named:?} is not an allowed worker ({})",
                 allowed.join(", ")
@@ -178,8 +178,8 @@ mod tests {
 
     fn model(name: &str) -> Model {
         Model {
-            name: name.to_owned(),
-            provider_model: name.to_uppercase(),
+            name: name.into(),
+            provider_model: name.to_uppercase().into(),
             description: String::new(),
             context_window: None,
             pricing: None,

@@ -64,7 +64,7 @@ pub(in crate::engine) async fn ratings_ensemble(
                 let elo = state.view(&decision.name, &model.name, None).elo;
                 let score = 10f64.powf((elo - ELO_START) / 400.0) * probability;
                 record.push_step(Step {
-                    model: model.name.clone(),
+                    model: model.name.to_string(),
                     outcome: format!("answered (score {score:.3})"),
                     confidence: measured,
                     latency_ms: reply.latency.as_secs_f64() * 1000.0,
@@ -72,7 +72,7 @@ pub(in crate::engine) async fn ratings_ensemble(
                 answers.push((score, model, reply.body));
             }
             Err(error) => record.push_step(Step {
-                model: model.name.clone(),
+                model: model.name.to_string(),
                 outcome: format!("error: {error}"),
                 confidence: None,
                 latency_ms: 0.0,
@@ -84,7 +84,7 @@ pub(in crate::engine) async fn ratings_ensemble(
         decision
             .candidates
             .iter()
-            .position(|c| snapshot.models[c.model].name == step.model)
+            .position(|c| *snapshot.models[c.model].name == *step.model)
     });
     let answered = record
         .steps
@@ -94,7 +94,7 @@ pub(in crate::engine) async fn ratings_ensemble(
     if answered < looper.min_successes {
         trace.looper = Some(record);
         return Err(RouteError::LooperFailed {
-            model: decision.name.clone(),
+            model: decision.name.to_string(),
             reason: format!(
                 "{answered} of {} models answered; {} needed",
                 decision.candidates.len(),
@@ -112,7 +112,7 @@ pub(in crate::engine) async fn ratings_ensemble(
     let Some((_, model, mut body)) = answers.into_iter().next() else {
         trace.looper = Some(record);
         return Err(RouteError::LooperFailed {
-            model: decision.name.clone(),
+            model: decision.name.to_string(),
             reason: "no model answered".to_owned(),
         });
     };

@@ -98,7 +98,7 @@ pub(in crate::engine) async fn panel(
                     if !text.trim().is_empty() {
                         fresh.push((
                             measured.map_or(0.5, f64::exp),
-                            model.name.clone(),
+                            model.name.to_string(),
                             reply.body,
                         ));
                     }
@@ -127,7 +127,7 @@ pub(in crate::engine) async fn panel(
         let answered = answers.len();
         trace.looper = Some(record);
         return Err(RouteError::LooperFailed {
-            model: decision.name.clone(),
+            model: decision.name.to_string(),
             reason: format!("{answered} of {calls} panel calls answered; {needed} needed"),
         });
     }

@@ -47,7 +47,7 @@ pub(in crate::engine) async fn workflows(
         Err(reason) if looper.on_error == OnCallError::Fail => {
             trace.looper = Some(record);
             return Err(RouteError::LooperFailed {
-                model: model_of(looper.planner).name.clone(),
+                model: model_of(looper.planner).name.to_string(),
                 reason: format!("no valid plan: {reason}"),
             });
         }
@@ -201,7 +201,7 @@ async fn run_steps(
                         OnCallError::Fallback => stopped = true,
                         OnCallError::Fail => {
                             return Err(RouteError::LooperFailed {
-                                model: worker.name.clone(),
+                                model: worker.name.to_string(),
                                 reason: format!("step {}: {error}", plan[i].id),
                             })
                         }

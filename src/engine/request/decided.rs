@@ -142,7 +142,7 @@ pub(in crate::engine) async fn carry_out(
                 let failover = identity
                     .failover
                     .as_deref()
-                    .filter(|policy| !policy.except.contains(&decision.name));
+                    .filter(|policy| !policy.excepts(&decision.name));
                 // Boxed, as every rarely taken path that awaits calls: the future of a plain
                 // forward stays small, and it is moved and copied on every request.
                 Box::pin(loopers::run(

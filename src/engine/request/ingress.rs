@@ -87,7 +87,7 @@ fn native_body(
     {
         return None;
     }
-    let provider_model = Value::String(forward.provider_model.clone());
+    let provider_model = Value::String(forward.provider_model.to_string());
     let mut expected: Value = serde_json::from_slice(translated).ok()?;
     expected["model"] = provider_model.clone();
     if serde_json::from_slice::<Value>(&forward.body).ok()? != expected {

@@ -11,7 +11,7 @@ pub(in crate::engine) fn list(snapshot: &Snapshot) -> Reply {
         let eligible: Vec<&str> = i
             .eligible
             .iter()
-            .map(|&m| snapshot.models[m].name.as_str())
+            .map(|&m| &*snapshot.models[m].name)
             .collect();
         json!({
             "id": i.name, "object": "model", "created": 0, "owned_by": "mom-router",

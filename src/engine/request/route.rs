@@ -219,7 +219,7 @@ fn route_identity<'s>(
         .filter(|policy| identity.requires.contains(policy) || on_error == Some(OnError::Fail));
         let refused = match (&result.error, closed, on_error) {
             (Some(reason), Some(policy), _) => Some(RouteError::PolicyUnavailable {
-                identity: identity.name.clone(),
+                identity: identity.name.to_string(),
                 policy: policy.name(),
                 reason: format!("signal {}: {reason}", signal.name),
             }),

@@ -56,7 +56,7 @@ pub(in crate::engine) async fn continue_session(
         .set_pin(
             &key,
             Pin {
-                model: snapshot.models[serving].name.clone(),
+                model: snapshot.models[serving].name.to_string(),
                 turns,
             },
         )
@@ -115,7 +115,7 @@ fn decide(
         trace
             .scores
             .iter()
-            .find(|(name, _)| name == model)
+            .find(|(name, _)| &**name == model)
             .map(|(_, score)| *score)
     };
     let candidate = if trace.scores.is_empty() {
