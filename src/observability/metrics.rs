@@ -1,7 +1,6 @@
 //! Every metric mom-router exports, declared once with typed labels, encoded in the Prometheus
 //! text format at `/metrics`.
 
-use crate::config::Name;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -10,15 +9,16 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::OnceLock;
 
-/// Labels of a routed request.
+/// Labels of a routed request: the configuration's shared names, so counting one copies no
+/// string.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     /// Identity or concrete model requested.
-    pub identity: Name,
+    pub identity: std::sync::Arc<str>,
     /// Winning decision or `none`.
-    pub decision: Name,
+    pub decision: std::sync::Arc<str>,
     /// Logical model chosen.
-    pub model: Name,
+    pub model: std::sync::Arc<str>,
 }
 
 /// Labels of a model call in the OpenTelemetry GenAI conventions (`gen_ai.*` attributes, dots as

@@ -30,7 +30,6 @@ pub use stats::{ModelView, Observation};
 pub use window::{Timing, Window};
 
 use self::redis::{RedisTier, Write};
-use crate::config::Name;
 use crate::observability::metrics::StateLabels;
 use crate::selection::LatencyMetric;
 use prometheus_client::metrics::counter::Counter;
@@ -101,15 +100,16 @@ impl Default for Settings {
     }
 }
 
-/// What an outcome is credited to: one forwarded request.
+/// What an outcome is credited to: one forwarded request, named by the configuration's shared
+/// names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     /// The identity called.
-    pub identity: Name,
+    pub identity: std::sync::Arc<str>,
     /// The winning decision (`none` when the default served).
-    pub decision: Name,
+    pub decision: std::sync::Arc<str>,
     /// The model that served.
-    pub model: Name,
+    pub model: std::sync::Arc<str>,
 }
 
 /// What [`StateStore::start`] gives: the store, the tasks that end at `stop`, and the writers
