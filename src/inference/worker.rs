@@ -1,6 +1,6 @@
 //! The model worker: one dedicated thread owns a model, reads jobs from a bounded queue, gathers
-//! up to `max_batch` of them for at most `max_wait`, runs one forward pass and answers each
-//! caller on its own reply channel. Repeated texts are answered from a cache. The same worker
+//! up to `max_batch` of them (for at most `max_wait` while callers come together), runs one
+//! forward pass and answers each caller on its own reply channel. Repeated texts are answered from a cache. The same worker
 //! serves sentence encoders and token classifiers ([`Batched`]). A model that panics loses
 //! the batch it was running (those callers get `Closed`) and is loaded again on the same
 //! thread, at most [`MAX_RESTARTS`] times (counted); after that the worker stays stopped.
@@ -20,7 +20,8 @@ pub const MAX_RESTARTS: u64 = 3;
 pub struct BatchSettings {
     /// Most texts in one forward pass.
     pub max_batch: usize,
-    /// Longest a job waits for others to join its batch.
+    /// Longest a job waits for others to join its batch, while others come: a job after a
+    /// batch of one runs with what is queued at once.
     pub max_wait: Duration,
     /// Jobs that may wait in the queue; beyond this callers get `Overloaded`.
     pub queue: usize,
@@ -319,9 +320,18 @@ fn serve<M: Batched>(
     settings: BatchSettings,
     stats: &EncoderStats,
 ) {
+    // Waiting for others pays only when callers come together. A batch of one says none joined
+    // the last time (one caller at a time): the next job runs with whatever is queued, and the
+    // wait would only add to its latency. A batch of several says they do: the next waits.
+    let mut together = true;
     while let Ok(first) = queue.recv() {
         let mut jobs = vec![first];
-        let deadline = Instant::now() + settings.max_wait;
+        let wait = if together {
+            settings.max_wait
+        } else {
+            Duration::ZERO
+        };
+        let deadline = Instant::now() + wait;
         while jobs.len() < settings.max_batch.max(1) {
             let left = deadline.saturating_duration_since(Instant::now());
             match queue.recv_timeout(left) {
@@ -329,6 +339,7 @@ fn serve<M: Batched>(
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
+        together = jobs.len() > 1;
         // Under overload a queue holds work for requests already given up on: skip it.
         let waiting = jobs.len();
         jobs.retain(|job| !job.reply.abandoned());
@@ -473,6 +484,65 @@ mod tests {
         assert_eq!(handle.call("after").await.map(|n| *n), Ok(5));
         assert_eq!(handle.stats().abandoned.load(Ordering::SeqCst), 1);
         assert_eq!(handle.stats().items.load(Ordering::SeqCst), 3);
+    }
+
+    /// Up to eight texts a batch, each waiting up to two seconds for others while they come.
+    fn patient() -> BatchSettings {
+        BatchSettings {
+            max_batch: 8,
+            max_wait: Duration::from_secs(2),
+            queue: 8,
+            cache_entries: 0,
+        }
+    }
+
+    /// Answers each text's length at once.
+    struct Quick;
+
+    impl Batched for Quick {
+        type Output = usize;
+
+        fn run(&mut self, texts: &[&str]) -> Result<Vec<usize>, InferenceError> {
+            Ok(texts.iter().map(|t| t.len()).collect())
+        }
+
+        fn describe(&self) -> String {
+            "quick".to_owned()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_waits_for_others_only_while_callers_come_together() {
+        let handle = Arc::new(
+            ModelHandle::start("quick", patient(), || Ok(Quick)).unwrap_or_else(|e| panic!("{e}")),
+        );
+        let batches = || handle.stats().batches.load(Ordering::SeqCst);
+        let spawn = |text: &'static str| {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.call(text).await.map(|n| *n) })
+        };
+        // Callers 100 ms apart, within the two-second wait: the first waits, so they share a
+        // forward pass.
+        let (one, two) = (spawn("a"), {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            spawn("bb")
+        });
+        assert_eq!((one.await.ok(), two.await.ok()), (Some(Ok(1)), Some(Ok(2))));
+        assert_eq!(batches(), 1);
+        // A caller alone waits out the two seconds (none joins), and so shows callers now come
+        // one at a time.
+        assert_eq!(handle.call("ccc").await.map(|n| *n), Ok(3));
+        assert_eq!(batches(), 2);
+        // From then on a lone job runs at once: two callers 100 ms apart get a pass each.
+        let (three, four) = (spawn("dddd"), {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            spawn("eeeee")
+        });
+        assert_eq!(
+            (three.await.ok(), four.await.ok()),
+            (Some(Ok(4)), Some(Ok(5)))
+        );
+        assert_eq!(batches(), 4);
     }
 
     #[tokio::test]
