@@ -516,8 +516,9 @@ pub struct Snapshot {
     pub(super) identity_index: NameIndex,
 }
 
-/// Positions by name, looked up for every request: hashed with a fast hasher, as the names
-/// come from the configuration (a client's name is only ever looked up).
+/// Positions by name (models and identities, looked up for every request; signals and
+/// decisions while compiling): hashed with a fast hasher, as the names come from the
+/// configuration (a client's name is only ever looked up).
 pub(super) type NameIndex = HashMap<String, usize, foldhash::fast::RandomState>;
 
 impl Snapshot {

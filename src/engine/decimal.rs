@@ -36,16 +36,40 @@ pub fn push_fixed(out: &mut String, value: f64, decimals: u32) {
 }
 
 /// Appends `n` in decimal, zero-padded to at least `width` digits (at most 20).
-fn push_digits(out: &mut String, mut n: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let mut first = digits.len();
-    while n > 0 || first == digits.len() {
-        first -= 1;
-        digits[first] = b'0' + (n % 10) as u8;
-        n /= 10;
+fn push_digits(out: &mut String, n: u64, width: usize) {
+    out.push_str(Digits::padded(n, width).as_str());
+}
+
+/// An integer's decimal digits, written on the stack.
+pub struct Digits {
+    digits: [u8; 20],
+    first: usize,
+}
+
+impl Digits {
+    /// `n` in decimal.
+    pub fn new(n: u64) -> Self {
+        Self::padded(n, 1)
     }
-    let first = first.min(digits.len().saturating_sub(width));
-    out.extend(digits[first..].iter().map(|&d| char::from(d)));
+
+    /// `n` in decimal, zero-padded to at least `width` digits (at most 20).
+    fn padded(mut n: u64, width: usize) -> Self {
+        let mut digits = [b'0'; 20];
+        let mut first = digits.len();
+        while n > 0 || first == digits.len() {
+            first -= 1;
+            digits[first] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        let first = first.min(digits.len().saturating_sub(width));
+        Self { digits, first }
+    }
+
+    /// The digits as text.
+    pub fn as_str(&self) -> &str {
+        // Always ASCII digits: the fallback is never taken.
+        std::str::from_utf8(&self.digits[self.first..]).unwrap_or_default()
+    }
 }
 
 /// `value` with `decimals` digits after the point (see [`push_fixed`]).
@@ -59,6 +83,13 @@ pub fn fixed(value: f64, decimals: u32) -> String {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn digits_are_written_as_to_string_writes_them() {
+        for n in [0, 7, 10, 99, 100, 65_535, u64::MAX] {
+            assert_eq!(Digits::new(n).as_str(), n.to_string());
+        }
+    }
 
     #[test]
     fn it_writes_what_format_writes() {

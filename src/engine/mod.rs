@@ -14,7 +14,7 @@
 
 mod action;
 pub mod answer;
-mod decimal;
+pub(crate) mod decimal;
 mod error;
 pub mod exchange;
 pub mod failover;

@@ -119,7 +119,7 @@ pub fn message(message: ProcessingRequest) -> Option<Message> {
         }
         Request::RequestBody(b) => Message::RequestBody(body(b)),
         Request::ResponseHeaders(h) => Message::ResponseHeaders(Head {
-            run_id: run_id_from(metadata.as_ref()).map(str::to_owned),
+            run_id: run_id_from(metadata.as_ref()).and_then(crate::state::RunId::parse),
             ..head(h)
         }),
         Request::ResponseBody(b) => Message::ResponseBody(body(b)),

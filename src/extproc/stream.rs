@@ -25,10 +25,7 @@ impl StreamState {
 
     /// Replies to one message from Envoy; `None` when the message carries no phase.
     pub async fn handle(&mut self, message: ProcessingRequest) -> Option<Reply> {
-        match self.reply_to(message) {
-            Some(reply) => Some(reply.await),
-            None => None,
-        }
+        Some(self.reply_to(message)?.await)
     }
 
     /// The reply to one message from Envoy, as [`StreamState::handle`], with the message taken

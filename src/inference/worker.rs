@@ -496,25 +496,11 @@ mod tests {
         }
     }
 
-    /// Answers each text's length at once.
-    struct Quick;
-
-    impl Batched for Quick {
-        type Output = usize;
-
-        fn run(&mut self, texts: &[&str]) -> Result<Vec<usize>, InferenceError> {
-            Ok(texts.iter().map(|t| t.len()).collect())
-        }
-
-        fn describe(&self) -> String {
-            "quick".to_owned()
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_waits_for_others_only_while_callers_come_together() {
         let handle = Arc::new(
-            ModelHandle::start("quick", patient(), || Ok(Quick)).unwrap_or_else(|e| panic!("{e}")),
+            ModelHandle::start("fragile", patient(), || Ok(Fragile))
+                .unwrap_or_else(|e| panic!("{e}")),
         );
         let batches = || handle.stats().batches.load(Ordering::SeqCst);
         let spawn = |text: &'static str| {

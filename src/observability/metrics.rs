@@ -7,18 +7,18 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Labels of a routed request: the configuration's shared names, so counting one copies no
 /// string.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     /// Identity or concrete model requested.
-    pub identity: std::sync::Arc<str>,
+    pub identity: Arc<str>,
     /// Winning decision or `none`.
-    pub decision: std::sync::Arc<str>,
+    pub decision: Arc<str>,
     /// Logical model chosen.
-    pub model: std::sync::Arc<str>,
+    pub model: Arc<str>,
 }
 
 /// Labels of a model call in the OpenTelemetry GenAI conventions (`gen_ai.*` attributes, dots as

@@ -20,12 +20,11 @@ impl RunId {
     /// The id `text` writes, when it is one: exactly 32 lowercase hex digits (as mom-router
     /// writes them; nothing else names a run).
     pub fn parse(text: &str) -> Option<Self> {
-        let digits =
-            text.len() == DIGITS && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        digits
-            .then(|| u128::from_str_radix(text, 16).ok())
-            .flatten()
-            .map(Self)
+        let lower_hex = |b: u8| matches!(b, b'0'..=b'9' | b'a'..=b'f');
+        if text.len() != DIGITS || !text.bytes().all(lower_hex) {
+            return None;
+        }
+        u128::from_str_radix(text, 16).ok().map(Self)
     }
 
     /// The id's text, written on the stack.

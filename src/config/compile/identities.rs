@@ -8,6 +8,7 @@ use super::known_names;
 use super::projection_needs;
 use crate::config::error::Errors;
 use crate::config::raw::{RawAlgorithm, RawIdentity, RawLatencyMetric, RawObjective, RawPolicy};
+use crate::config::snapshot::NameIndex;
 use crate::config::snapshot::{
     Bounds, Decision, DecisionVectors, Fallback, Identity, Model, Objective, Policy,
 };
@@ -23,12 +24,12 @@ use std::sync::Arc;
 
 /// The tables an identity is compiled against.
 pub(super) struct Tables<'a> {
-    pub models: &'a HashMap<String, usize>,
+    pub models: &'a NameIndex,
     pub compiled_models: &'a [Option<Model>],
-    pub decision_index: &'a HashMap<String, usize>,
+    pub decision_index: &'a NameIndex,
     pub decisions: &'a [Option<Decision>],
     pub signals: &'a [Option<Signal>],
-    pub signal_index: &'a HashMap<String, usize>,
+    pub signal_index: &'a NameIndex,
     pub sources: &'a HashMap<(&'static str, String), Value>,
     pub encoder: Option<&'a Arc<EncoderHandle>>,
     /// Directory relative paths are resolved against.

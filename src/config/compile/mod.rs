@@ -21,12 +21,12 @@ use self::signals::{compile_decisions, compile_signals, signal_name, Models};
 use crate::config::error::Errors;
 use crate::config::parse::RawConfig;
 use crate::config::raw::RawModel;
+use crate::config::snapshot::NameIndex;
 use crate::config::snapshot::{
     CallDeadlines, Decision, Fallback, Listen, Model, Pricing, Server, Snapshot,
 };
 use crate::protocol::Protocol;
 use crate::signals::{Signal, SignalKind};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -248,8 +248,8 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         encoder,
         ner: ner.map(|n| n.handle),
         call_deadlines: call_deadlines(raw.inference.as_ref()),
-        model_index: model_index.into_iter().collect(),
-        identity_index: identity_index.into_iter().collect(),
+        model_index,
+        identity_index,
         artifact: None,
     })
 }
@@ -290,8 +290,8 @@ fn index_by_name<'a>(
     section: &'static str,
     broken: &[(&'static str, String)],
     errors: &mut Errors,
-) -> HashMap<String, usize> {
-    let mut index = HashMap::new();
+) -> NameIndex {
+    let mut index = NameIndex::default();
     for (position, (raw_index, name)) in names.enumerate() {
         if index.insert(name.to_owned(), position).is_some() {
             errors.push(
@@ -539,7 +539,7 @@ fn compile_models(raw: &[(usize, RawModel)], errors: &mut Errors) -> Vec<Option<
     models
 }
 
-pub(super) fn known_names(index: &HashMap<String, usize>) -> String {
+pub(super) fn known_names(index: &NameIndex) -> String {
     let mut names: Vec<(&usize, &str)> = index.iter().map(|(n, i)| (i, n.as_str())).collect();
     names.sort_unstable();
     let names: Vec<&str> = names.into_iter().map(|(_, n)| n).collect();

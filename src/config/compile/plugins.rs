@@ -4,9 +4,9 @@
 use crate::config::error::Errors;
 use crate::config::plugin::Plugin;
 use crate::config::raw::{RawGuardAction, RawPiiMode, RawPlugin, RawPromptMode};
+use crate::config::snapshot::NameIndex;
 use crate::signals::pii_patterns::PiiKind;
 use crate::signals::{Signal, SignalKind};
-use std::collections::HashMap;
 
 /// Headers a plugin may not set or remove: routing, framing and mom-router's own.
 const RESERVED_HEADERS: &[&str] = &[
@@ -24,9 +24,9 @@ const ESSENTIAL_PARAMS: &[&str] = &["model", "messages", "stream"];
 
 /// What plugins are compiled against.
 pub(super) struct PluginTables<'a> {
-    pub signal_index: &'a HashMap<String, usize>,
+    pub signal_index: &'a NameIndex,
     pub signals: &'a [Option<Signal>],
-    pub models: &'a HashMap<String, usize>,
+    pub models: &'a NameIndex,
     /// An encoder is configured (tool selection embeds tools).
     pub encoder: bool,
 }

@@ -5,8 +5,8 @@
 use super::BROKEN;
 use crate::config::error::Errors;
 use crate::config::raw::{RawProjection, RawReading};
+use crate::config::snapshot::NameIndex;
 use crate::signals::{Projection, ProjectionOutput, Reading, Signal, SignalKind};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 fn reading(raw: RawReading) -> Reading {
@@ -21,7 +21,7 @@ fn reading(raw: RawReading) -> Reading {
 /// (positions below `ordinary`); projections may read only those.
 pub(super) fn compile_projections(
     raw: &[(usize, RawProjection)],
-    signal_index: &HashMap<String, usize>,
+    signal_index: &NameIndex,
     errors: &mut Errors,
 ) -> Vec<Signal> {
     let mut outputs = Vec::new();

@@ -11,6 +11,7 @@ use crate::config::raw::{
     RawAggregate, RawDecision, RawExemplar, RawKeywordOperator, RawOnError, RawRule, RawScope,
     RawSignal,
 };
+use crate::config::snapshot::NameIndex;
 use crate::config::snapshot::{Decision, Model};
 use crate::decision::Rule;
 use crate::inference::{EncoderHandle, TokenClassifierHandle};
@@ -20,7 +21,6 @@ use crate::signals::{
     KeywordOperator, KeywordSignal, Label, LanguageSignal, MetadataSignal, OnError, PiiSignal,
     RolesSource, Scope, Signal, SignalError, SignalKind, TokenRange,
 };
-use std::collections::HashMap;
 use std::sync::Arc;
 
 fn scope(raw: RawScope) -> Scope {
@@ -336,7 +336,7 @@ pub(super) fn signal_name(raw: &RawSignal) -> &str {
 fn compile_rule(
     raw: &RawRule,
     path: &str,
-    signals: &HashMap<String, usize>,
+    signals: &NameIndex,
     errors: &mut Errors,
 ) -> Option<Rule> {
     let RawRule {
@@ -401,9 +401,9 @@ fn compile_rule(
 
 pub(super) fn compile_decisions(
     raw: &[(usize, RawDecision)],
-    models: &HashMap<String, usize>,
+    models: &NameIndex,
     compiled_models: &[Option<Model>],
-    signals: &HashMap<String, usize>,
+    signals: &NameIndex,
     signal_table: &[Option<Signal>],
     neural: &Models,
     errors: &mut Errors,

@@ -41,9 +41,7 @@ impl Exchange {
             return Err(message);
         }
         let seen = if self.proxy.failover == FailoverPart::Stream {
-            let run_id = message.run_id.as_deref();
-            let run_id = run_id.and_then(crate::state::RunId::parse);
-            match run_id.and_then(|id| self.services.parked.take(id)) {
+            match message.run_id.and_then(|id| self.services.parked.take(id)) {
                 Some(mut waiting) => {
                     // The failed model is no longer busy with it.
                     waiting.in_flight = None;

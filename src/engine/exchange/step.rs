@@ -33,7 +33,7 @@ pub struct Head {
     pub end_of_stream: bool,
     /// The run id the request's outcome named, when the proxy passes it back with a response
     /// (the failover filter's stream finds its parked request by it).
-    pub run_id: Option<String>,
+    pub run_id: Option<crate::state::RunId>,
 }
 
 /// A message's body, or a chunk of it.
