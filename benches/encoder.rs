@@ -53,6 +53,7 @@ fn encoders(c: &mut Criterion) {
     let candle = Backend::Candle {
         devices: vec!["cpu".to_owned()],
         require_first: true,
+        adapter: None,
     };
     let mut backends = vec![("candle_fp32", candle)];
     if std::env::var_os("MOM_BENCH_OPENVINO").is_some() {

@@ -84,6 +84,7 @@ fn spec(backend: &str, device: &str, runtime: Option<&Path>) -> Result<EncoderSp
         "candle" => Backend::Candle {
             devices,
             require_first: true,
+            adapter: None,
         },
         _ => Backend::Onnx {
             model: repo(".cache/models/all-MiniLM-L6-v2-int8/model.onnx"),

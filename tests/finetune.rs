@@ -1,5 +1,6 @@
 //! `mom-router finetune` on the real all-MiniLM-L6-v2: the encoder it writes loads on the Candle
-//! backend; with nothing learnt it embeds exactly as the original, and training moves it.
+//! backend, whole or as a low-rank adapter merged on load; with nothing learnt it embeds exactly
+//! as the original, and training moves it.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,7 +10,8 @@
 
 mod support;
 
-use mom_router::inference::{Backend, EncoderHandle, EncoderSpec};
+use mom_router::config::compile_str;
+use mom_router::inference::{write_adapter, AdapterTensor, Backend, EncoderHandle, EncoderSpec};
 use mom_router::train::{finetune, FinetuneOptions};
 use std::path::{Path, PathBuf};
 use support::encoders::{cache, settings};
@@ -49,6 +51,8 @@ fn options(dir: &Path, out: &str, learning_rate: f64, epochs: usize) -> Finetune
         data: examples(dir),
         out: dir.join(out),
         layers: 1,
+        rank: None,
+        alpha: 16.0,
         epochs,
         batch_size: 8,
         learning_rate,
@@ -61,10 +65,15 @@ fn options(dir: &Path, out: &str, learning_rate: f64, epochs: usize) -> Finetune
 }
 
 fn embed(model_dir: PathBuf, texts: &[&str]) -> Vec<Vec<f32>> {
+    embed_adapted(model_dir, None, texts)
+}
+
+fn embed_adapted(model_dir: PathBuf, adapter: Option<PathBuf>, texts: &[&str]) -> Vec<Vec<f32>> {
     let spec = EncoderSpec {
         backend: Backend::Candle {
             devices: vec!["cpu".to_owned()],
             require_first: true,
+            adapter,
         },
         model_dir,
         max_tokens: 64,
@@ -118,6 +127,36 @@ fn training_lowers_the_loss_and_moves_the_embedding() {
 }
 
 #[test]
+fn a_low_rank_adapter_starts_as_the_original_and_training_moves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
+    let adapted = |name: &str, learning_rate: f64, epochs: usize| {
+        let mut low_rank = options(dir.path(), name, learning_rate, epochs);
+        low_rank.rank = Some(4);
+        let done = finetune(&low_rank).unwrap();
+        let vectors = embed_adapted(
+            cache("models/all-MiniLM-L6-v2"),
+            Some(dir.path().join(name)),
+            &PROBES,
+        );
+        (done, vectors)
+    };
+    let (_, same) = adapted("same.safetensors", 0.0, 1);
+    assert!(worst(&original, &same) < 1e-6);
+
+    let (done, moved) = adapted("trained.safetensors", 1e-3, 4);
+    let (first, last) = (done.losses[0], done.losses[3]);
+    assert!(last < first * 0.8, "loss {first} then {last}");
+    assert!(done.held_out_accuracy >= 0.9, "{}", done.held_out_accuracy);
+    assert!(worst(&original, &moved) > 1e-3);
+    // One layer's rank-4 updates, biases and norms: a small file, not an encoder.
+    let size = std::fs::metadata(dir.path().join("trained.safetensors"))
+        .unwrap()
+        .len();
+    assert!(size < 200_000, "{size} bytes");
+}
+
+#[test]
 fn layers_outside_the_encoder_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     for layers in [0, 7] {
@@ -126,4 +165,39 @@ fn layers_outside_the_encoder_are_refused() {
         let error = finetune(&bad).unwrap_err().to_string();
         assert!(error.contains("--layers must be 1 to 6"), "{error}");
     }
+}
+
+#[test]
+fn an_adapter_is_refused_on_onnx_and_when_trained_on_other_weights() {
+    let semantic = support::sidecar::semantic_config();
+    let onnx = semantic.replace(
+        "    backend: candle\n",
+        "    backend: onnx\n    onnxModel: model.onnx\n    runtimeLibrary: libonnxruntime.so\n    adapter: a.safetensors\n",
+    );
+    let errors = compile_str(&onnx).unwrap_err().to_string();
+    assert!(
+        errors.contains(
+            "inference.encoder.adapter: an adapter is merged into the weights Candle loads"
+        ),
+        "{errors}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("other.safetensors");
+    let tensors = [AdapterTensor {
+        name: "encoder.layer.5.output.LayerNorm.bias".to_owned(),
+        shape: vec![384],
+        values: vec![0.0; 384],
+    }];
+    write_adapter(&adapter, &tensors, 1.0, "0123").unwrap();
+    let candle = semantic.replace(
+        "    backend: candle\n",
+        &format!("    backend: candle\n    adapter: {}\n", adapter.display()),
+    );
+    let errors = compile_str(&candle).unwrap_err().to_string();
+    assert!(errors.contains("inference.encoder: "), "{errors}");
+    assert!(
+        errors.contains("trained on the encoder weights with SHA-256 0123"),
+        "{errors}"
+    );
 }

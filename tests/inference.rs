@@ -23,6 +23,7 @@ fn candle(batch: BatchSettings) -> EncoderSpec {
         backend: Backend::Candle {
             devices: vec!["cpu".to_owned()],
             require_first: false,
+            adapter: None,
         },
         model_dir: cache("models/all-MiniLM-L6-v2"),
         max_tokens: 256,
@@ -172,6 +173,7 @@ fn candle_without_its_cuda_feature_falls_back_to_the_cpu_and_says_why() {
     spec.backend = Backend::Candle {
         devices: vec!["cuda".to_owned(), "cpu".to_owned()],
         require_first: false,
+        adapter: None,
     };
     let fallback = EncoderHandle::spawn(spec.clone()).unwrap();
     let described = fallback.describe().to_owned();
@@ -187,6 +189,7 @@ fn candle_without_its_cuda_feature_falls_back_to_the_cpu_and_says_why() {
     spec.backend = Backend::Candle {
         devices: vec!["cuda".to_owned(), "cpu".to_owned()],
         require_first: true,
+        adapter: None,
     };
     let required = EncoderHandle::spawn(spec).unwrap_err();
     let InferenceError::Load(reason) = required else {

@@ -14,12 +14,21 @@ pub struct FinetuneArgs {
     /// Labelled examples, JSON Lines with `text` and `label`.
     #[arg(long)]
     data: PathBuf,
-    /// Output encoder directory (created): the same files, the trained layers' weights changed.
+    /// Output: an encoder directory (created; the same files, the trained layers' weights
+    /// changed), or with `--rank` the adapter file.
     #[arg(long)]
     out: PathBuf,
     /// How many of the top layers are trained.
     #[arg(long, default_value_t = 1)]
     layers: usize,
+    /// Train a low-rank update of this rank of each dense weight (with the biases and layer
+    /// norms) and write it as an adapter file (`adapter:` of a Candle encoder), instead of
+    /// every weight.
+    #[arg(long)]
+    rank: Option<usize>,
+    /// The low-rank update's alpha: its multiplier is alpha / rank.
+    #[arg(long, default_value_t = 16.0)]
+    alpha: f64,
     /// Passes over the training examples.
     #[arg(long, default_value_t = 1)]
     epochs: usize,
@@ -53,6 +62,8 @@ pub fn run(args: &FinetuneArgs) -> ExitCode {
         data: args.data.clone(),
         out: args.out.clone(),
         layers: args.layers,
+        rank: args.rank,
+        alpha: args.alpha,
         epochs: args.epochs,
         batch_size: args.batch_size,
         learning_rate: args.learning_rate,

@@ -206,7 +206,7 @@ fn anchor_paths(binding: &mut Mapping, base: &Path) {
     if let Some(inference) = binding.get_mut("inference") {
         for model in ["encoder", "ner"] {
             if let Some(settings) = inference.get_mut(model) {
-                for key in ["modelDir", "onnxModel", "runtimeLibrary"] {
+                for key in ["modelDir", "onnxModel", "adapter", "runtimeLibrary"] {
                     anchor(settings.get_mut(key));
                 }
             }

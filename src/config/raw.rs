@@ -102,6 +102,9 @@ pub struct RawEncoder {
     pub model_dir: String,
     /// The `.onnx` file (backend `onnx`).
     pub onnx_model: Option<String>,
+    /// A low-rank adapter (`mom-router finetune --rank`) merged into the weights on load
+    /// (backend `candle`).
+    pub adapter: Option<String>,
     /// `libonnxruntime.so` (backend `onnx`); default `$ORT_DYLIB_PATH`.
     pub runtime_library: Option<String>,
     /// Execution providers in preference order: `cuda`, `rocm`, `openvino`, `cpu` (default `[cpu]`);

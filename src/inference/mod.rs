@@ -3,6 +3,7 @@
 //! ([`worker`]). Nothing here runs on the async runtime; callers await a reply channel, and a
 //! full queue answers [`InferenceError::Overloaded`] at once.
 
+mod adapter;
 mod candle_bert;
 mod head;
 mod head_file;
@@ -15,6 +16,7 @@ mod router_input;
 pub(crate) mod tokenize;
 pub mod worker;
 
+pub use adapter::{merge_adapter, weights_sha256, write_adapter, AdapterTensor, ADAPTER_FORMAT};
 pub use candle_bert::DEVICES as CANDLE_DEVICES;
 pub use head::{
     argmax, f32s_from_le, f32s_to_le, softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT,
@@ -67,6 +69,8 @@ pub enum Backend {
         devices: Vec<String>,
         /// Fail instead of falling back when the first device cannot load.
         require_first: bool,
+        /// A low-rank adapter merged into the weights on load.
+        adapter: Option<PathBuf>,
     },
     /// ONNX Runtime through `ort`, loading `libonnxruntime` from `runtime_library`.
     Onnx {
@@ -122,8 +126,10 @@ pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
         Backend::Candle {
             devices,
             require_first,
+            adapter,
         } => Ok(Box::new(candle_bert::CandleBert::load(
             &spec.model_dir,
+            adapter.as_deref(),
             tokenizer,
             devices,
             *require_first,

@@ -21,9 +21,10 @@ static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
 fn fingerprint(spec: &EncoderSpec) -> Result<Fingerprint, InferenceError> {
     let mut files = vec![spec.model_dir.join("tokenizer.json")];
     match &spec.backend {
-        Backend::Candle { .. } => {
+        Backend::Candle { adapter, .. } => {
             files.push(spec.model_dir.join("model.safetensors"));
             files.push(spec.model_dir.join("config.json"));
+            files.extend(adapter.iter().cloned());
         }
         Backend::Onnx { model, .. } => files.push(model.clone()),
     }

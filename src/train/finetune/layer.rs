@@ -6,23 +6,76 @@ use candle_core::{DType, Device, Result, Tensor, Var, D};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// A dense layer: `x · Wᵀ + b`.
+/// How the top layers are trained.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Training {
+    /// Every weight of the layer.
+    Whole,
+    /// A low-rank update of each dense weight (`W + scale · up · down`, `down` rank × in, `up`
+    /// out × rank, `up` starting at zero so training starts from the encoder as it is), with the
+    /// biases and layer norms: the frozen weights take no gradient, and what is trained is a
+    /// small file.
+    LowRank {
+        /// The update's rank.
+        rank: usize,
+        /// The update's multiplier (alpha / rank).
+        scale: f64,
+        /// Seed of `down`'s initial values.
+        seed: u64,
+    },
+}
+
+/// A trained low-rank update of a dense weight.
+struct LowRank {
+    down: Tensor,
+    up: Tensor,
+    scale: f64,
+}
+
+/// A dense layer: `x · Wᵀ + b`, plus `scale · (x · downᵀ) · upᵀ` when it is adapted.
 struct Dense {
-    weight: Var,
-    bias: Var,
+    weight: Tensor,
+    bias: Tensor,
+    low_rank: Option<LowRank>,
 }
 
 impl Dense {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.broadcast_matmul(&self.weight.t()?)?
-            .broadcast_add(self.bias.as_tensor())
+        let out = x
+            .broadcast_matmul(&self.weight.t()?)?
+            .broadcast_add(&self.bias)?;
+        match &self.low_rank {
+            None => Ok(out),
+            Some(update) => {
+                let low = x
+                    .broadcast_matmul(&update.down.t()?)?
+                    .broadcast_matmul(&update.up.t()?)?;
+                out + (low * update.scale)?
+            }
+        }
     }
+}
+
+/// `down`'s initial values: uniform in ±1/√in (seeded xorshift), as low-rank adapters start.
+fn initial_down(rank: usize, width: usize, seed: u64) -> Result<Tensor> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let bound = 1.0 / (width as f32).sqrt();
+    let values: Vec<f32> = (0..rank * width)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
+            (unit * 2.0 - 1.0) * bound
+        })
+        .collect();
+    Tensor::from_vec(values, (rank, width), &Device::Cpu)
 }
 
 /// Layer normalisation over the last dimension, as BERT writes it.
 struct Norm {
-    gain: Var,
-    shift: Var,
+    gain: Tensor,
+    shift: Tensor,
     eps: f64,
 }
 
@@ -32,8 +85,8 @@ impl Norm {
         let variance = centred.sqr()?.mean_keepdim(D::Minus1)?;
         centred
             .broadcast_div(&(variance + self.eps)?.sqrt()?)?
-            .broadcast_mul(self.gain.as_tensor())?
-            .broadcast_add(self.shift.as_tensor())
+            .broadcast_mul(&self.gain)?
+            .broadcast_add(&self.shift)
     }
 }
 
@@ -60,29 +113,61 @@ pub fn read_weights(path: &Path) -> Result<Weights> {
 }
 
 impl TrainableLayer {
-    /// Layer `index` of `weights` (`encoder.layer.{index}.…`), its tensors copied into variables;
-    /// each variable is also returned with its tensor's name.
+    /// Layer `index` of `weights` (`encoder.layer.{index}.…`) trained as `training` says; the
+    /// trained variables are also returned, each with the name it is written under (a tensor of
+    /// `weights`, or for a low-rank update the weight's name with `.down` or `.up`).
     pub fn load(
         weights: &Weights,
         index: usize,
         heads: usize,
         eps: f64,
+        training: Training,
     ) -> Result<(Self, Vec<(String, Var)>)> {
         let mut vars = Vec::new();
-        let mut var = |name: String| -> Result<Var> {
-            let tensor = weights
-                .get(&name)
-                .ok_or_else(|| candle_core::Error::Msg(format!("no tensor {name}")))?;
-            let var = Var::from_tensor(&tensor.to_dtype(DType::F32)?)?;
-            vars.push((name, var.clone()));
-            Ok(var)
+        let tensor = |name: &str| -> Result<Tensor> {
+            weights
+                .get(name)
+                .ok_or_else(|| candle_core::Error::Msg(format!("no tensor {name}")))?
+                .to_dtype(DType::F32)
+        };
+        let mut trained = |name: String, value: Tensor| -> Result<Tensor> {
+            let var = Var::from_tensor(&value)?;
+            let tensor = var.as_tensor().clone();
+            vars.push((name, var));
+            Ok(tensor)
         };
         let prefix = format!("encoder.layer.{index}");
+        let mut parts = 0u64;
         let mut dense = |part: &str| -> Result<Dense> {
-            Ok(Dense {
-                weight: var(format!("{prefix}.{part}.weight"))?,
-                bias: var(format!("{prefix}.{part}.bias"))?,
-            })
+            let weight_name = format!("{prefix}.{part}.weight");
+            let bias_name = format!("{prefix}.{part}.bias");
+            let weight = tensor(&weight_name)?;
+            let bias = trained(bias_name.clone(), tensor(&bias_name)?)?;
+            parts += 1;
+            match training {
+                Training::Whole => Ok(Dense {
+                    weight: trained(weight_name, weight)?,
+                    bias,
+                    low_rank: None,
+                }),
+                Training::LowRank { rank, scale, seed } => {
+                    let (out, width) = weight.dims2()?;
+                    let start = seed ^ ((index as u64) << 8) ^ parts;
+                    let down = trained(
+                        format!("{weight_name}.down"),
+                        initial_down(rank, width, start)?,
+                    )?;
+                    let up = trained(
+                        format!("{weight_name}.up"),
+                        Tensor::zeros((out, rank), DType::F32, &Device::Cpu)?,
+                    )?;
+                    Ok(Dense {
+                        weight,
+                        bias,
+                        low_rank: Some(LowRank { down, up, scale }),
+                    })
+                }
+            }
         };
         let query = dense("attention.self.query")?;
         let key = dense("attention.self.key")?;
@@ -91,9 +176,11 @@ impl TrainableLayer {
         let intermediate = dense("intermediate.dense")?;
         let output = dense("output.dense")?;
         let mut norm = |part: &str| -> Result<Norm> {
+            let gain = format!("{prefix}.{part}.LayerNorm.weight");
+            let shift = format!("{prefix}.{part}.LayerNorm.bias");
             Ok(Norm {
-                gain: var(format!("{prefix}.{part}.LayerNorm.weight"))?,
-                shift: var(format!("{prefix}.{part}.LayerNorm.bias"))?,
+                gain: trained(gain.clone(), tensor(&gain)?)?,
+                shift: trained(shift.clone(), tensor(&shift)?)?,
                 eps,
             })
         };

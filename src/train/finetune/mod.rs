@@ -9,10 +9,11 @@
 
 mod layer;
 
-use layer::{additive_mask, read_weights, write_weights, TrainableLayer, Weights};
+use layer::{additive_mask, read_weights, write_weights, TrainableLayer, Training, Weights};
 
 use super::data::{is_held_out, label_set, read_examples};
 use crate::inference::tokenize::TextTokenizer;
+use crate::inference::{weights_sha256, write_adapter, AdapterTensor};
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
@@ -30,6 +31,11 @@ pub struct FinetuneOptions {
     pub out: PathBuf,
     /// How many of the top layers are trained.
     pub layers: usize,
+    /// Train a low-rank update of this rank (with the biases and layer norms) and write it as
+    /// an adapter file; `None` trains every weight and writes a whole encoder directory.
+    pub rank: Option<usize>,
+    /// The low-rank update's alpha (its multiplier is alpha / rank).
+    pub alpha: f64,
     /// Passes over the training examples.
     pub epochs: usize,
     /// Examples per step.
@@ -194,7 +200,38 @@ fn read_config(dir: &Path) -> anyhow::Result<Config> {
     serde_json::from_slice(&text).with_context(|| format!("{}: not a BERT config", path.display()))
 }
 
-/// Trains the top layers and writes the encoder to `options.out`.
+/// The trained variables as an adapter's tensors.
+fn adapter_tensors(vars: &[(String, Var)]) -> candle_core::Result<Vec<AdapterTensor>> {
+    vars.iter()
+        .map(|(name, var)| {
+            let tensor = var.as_tensor();
+            Ok(AdapterTensor {
+                name: name.clone(),
+                shape: tensor.dims().to_vec(),
+                values: tensor.flatten_all()?.to_vec1()?,
+            })
+        })
+        .collect()
+}
+
+/// Writes the encoder directory `options.out`: the original's files, `vars` in place of their
+/// tensors.
+fn write_encoder(
+    options: &FinetuneOptions,
+    weights: &Weights,
+    vars: &[(String, Var)],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    for file in ["config.json", "tokenizer.json"] {
+        std::fs::copy(options.encoder.join(file), options.out.join(file))
+            .with_context(|| format!("cannot copy {file} to {}", options.out.display()))?;
+    }
+    write_weights(weights, vars, &options.out.join("model.safetensors"))?;
+    Ok(())
+}
+
+/// Trains the top layers and writes the encoder, or its adapter, to `options.out`.
 pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     let config = read_config(&options.encoder)?;
     if options.layers == 0 || options.layers > config.num_hidden_layers {
@@ -220,6 +257,15 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
             options.data.display()
         );
     }
+    let training = match options.rank {
+        None => Training::Whole,
+        Some(0) => bail!("--rank must be at least 1"),
+        Some(rank) => Training::LowRank {
+            rank,
+            scale: options.alpha / rank as f64,
+            seed: options.seed,
+        },
+    };
     let tokenizer =
         TextTokenizer::load(&options.encoder.join("tokenizer.json"), options.max_tokens)?;
     let weights_path = options.encoder.join("model.safetensors");
@@ -263,6 +309,7 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
             i,
             config.num_attention_heads,
             config.layer_norm_eps,
+            training,
         )?;
         layers.push(layer);
         vars.extend(layer_vars);
@@ -311,13 +358,20 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     }
     let held_out_accuracy = accuracy(&top, &held, options.batch_size)?;
 
-    std::fs::create_dir_all(&options.out)
-        .with_context(|| format!("cannot create {}", options.out.display()))?;
-    for file in ["config.json", "tokenizer.json"] {
-        std::fs::copy(options.encoder.join(file), options.out.join(file))
-            .with_context(|| format!("cannot copy {file} to {}", options.out.display()))?;
+    match training {
+        Training::Whole => write_encoder(options, &weights, &vars)?,
+        Training::LowRank { scale, .. } => {
+            let bytes = std::fs::read(&weights_path)
+                .with_context(|| format!("cannot read {}", weights_path.display()))?;
+            write_adapter(
+                &options.out,
+                &adapter_tensors(&vars)?,
+                scale,
+                &weights_sha256(&bytes),
+            )
+            .map_err(anyhow::Error::msg)?;
+        }
     }
-    write_weights(&weights, &vars, &options.out.join("model.safetensors"))?;
     Ok(Finetuned {
         trained: train.len(),
         held_out: held.len(),
@@ -374,8 +428,14 @@ mod tests {
             let additive = additive_mask(&mask).unwrap();
             let mut hidden = states;
             for i in config.num_hidden_layers - trained..config.num_hidden_layers {
-                let (layer, vars) =
-                    TrainableLayer::load(&weights, i, config.num_attention_heads, 1e-12).unwrap();
+                let (layer, vars) = TrainableLayer::load(
+                    &weights,
+                    i,
+                    config.num_attention_heads,
+                    1e-12,
+                    Training::Whole,
+                )
+                .unwrap();
                 assert_eq!(vars.len(), 16, "every weight of layer {i} is trained");
                 hidden = layer.forward(&hidden, &additive).unwrap();
             }
@@ -389,6 +449,61 @@ mod tests {
                 assert!(worst < 1e-4, "{trained} trained layers differ by {worst}");
             }
         }
+    }
+
+    /// A layer trained with low-rank updates computes what the encoder computes once its
+    /// adapter is merged into the weights (as the Candle backend loads it).
+    #[test]
+    fn a_low_rank_layer_computes_what_its_merged_adapter_loads() {
+        let dir = minilm();
+        let config = read_config(&dir).unwrap();
+        let weights = read_weights(&dir.join("model.safetensors")).unwrap();
+        let heads = config.num_attention_heads;
+        let training = Training::LowRank {
+            rank: 4,
+            scale: 2.0,
+            seed: 3,
+        };
+        let (adapted, vars) = TrainableLayer::load(&weights, 5, heads, 1e-12, training).unwrap();
+        // Six dense layers (down, up, bias each) and two norms (gain, shift).
+        assert_eq!(vars.len(), 6 * 3 + 2 * 2);
+        for (name, var) in &vars {
+            if name.ends_with(".up") || name.ends_with(".bias") {
+                var.set(&(var.as_tensor() + 0.01).unwrap()).unwrap();
+            }
+        }
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let tensors = adapter_tensors(&vars).unwrap();
+        write_adapter(file.path(), &tensors, 2.0, "base").unwrap();
+        let mut merged = weights.clone();
+        crate::inference::merge_adapter(file.path(), &mut merged, "base").unwrap();
+        let (whole, _) = TrainableLayer::load(&merged, 5, heads, 1e-12, Training::Whole).unwrap();
+
+        let hidden = Tensor::randn(0f32, 1.0, (2, 7, config.hidden_size), &Device::Cpu).unwrap();
+        let mask = Tensor::ones((2, 7), DType::U8, &Device::Cpu).unwrap();
+        let additive = additive_mask(&mask).unwrap();
+        let original = TrainableLayer::load(&weights, 5, heads, 1e-12, Training::Whole)
+            .unwrap()
+            .0
+            .forward(&hidden, &additive)
+            .unwrap();
+        let trained = adapted.forward(&hidden, &additive).unwrap();
+        let loaded = whole.forward(&hidden, &additive).unwrap();
+        let gap = |a: &Tensor, b: &Tensor| -> f32 {
+            (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap()
+        };
+        assert!(gap(&trained, &loaded) < 1e-4, "{}", gap(&trained, &loaded));
+        assert!(
+            gap(&trained, &original) > 1e-2,
+            "the update changed the layer"
+        );
     }
 
     #[test]

@@ -1,0 +1,258 @@
+//! A low-rank adapter of the sentence encoder, as `mom-router finetune --rank` writes it: a
+//! small safetensors file that Candle merges into the encoder's weights when it loads them, so
+//! the adapted encoder costs what the original costs. Each tensor either replaces the encoder's
+//! tensor of the same name and shape (a bias, a layer norm), or, as a pair `NAME.down` (rank ×
+//! in) and `NAME.up` (out × rank), adds `scale · up · down` to weight `NAME` (out × in). The
+//! metadata names the format, the scale and the SHA-256 of the encoder weights it was trained
+//! on; another encoder is refused.
+
+use candle_core::{Device, Tensor};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The `format` an adapter file names.
+pub const ADAPTER_FORMAT: &str = "mom-router-adapter/1";
+
+/// The hex SHA-256 of `bytes`.
+pub fn weights_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// One tensor of an adapter: name, shape, values.
+pub struct AdapterTensor {
+    /// The encoder tensor it replaces, or `NAME.down` / `NAME.up` of weight `NAME`.
+    pub name: String,
+    /// Its dimensions.
+    pub shape: Vec<usize>,
+    /// Its values, row-major.
+    pub values: Vec<f32>,
+}
+
+/// Writes an adapter for the encoder whose weights hash to `base_sha256`.
+pub fn write_adapter(
+    path: &Path,
+    tensors: &[AdapterTensor],
+    scale: f64,
+    base_sha256: &str,
+) -> Result<(), String> {
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|t| super::f32s_to_le(&t.values))
+        .collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|(t, b)| {
+            TensorView::new(Dtype::F32, t.shape.clone(), b)
+                .map(|view| (t.name.clone(), view))
+                .map_err(|e| format!("{}: {e}", t.name))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let info = HashMap::from([
+        ("format".to_owned(), ADAPTER_FORMAT.to_owned()),
+        ("scale".to_owned(), scale.to_string()),
+        ("baseSha256".to_owned(), base_sha256.to_owned()),
+    ]);
+    safetensors::serialize_to_file(views, Some(info), path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Merges the adapter at `path` into `weights`, the tensors of the encoder file whose bytes
+/// hash to `base_sha256`.
+pub fn merge_adapter(
+    path: &Path,
+    weights: &mut HashMap<String, Tensor>,
+    base_sha256: &str,
+) -> Result<(), String> {
+    let at = |e: &dyn std::fmt::Display| format!("adapter {}: {e}", path.display());
+    let bytes = std::fs::read(path).map_err(|e| at(&e))?;
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| at(&e))?;
+    let info = header.metadata().clone().unwrap_or_default();
+    let field = |key: &str| info.get(key).map(String::as_str).unwrap_or_default();
+    if field("format") != ADAPTER_FORMAT {
+        return Err(at(&format!(
+            "format {:?}, expected {ADAPTER_FORMAT}",
+            field("format")
+        )));
+    }
+    if field("baseSha256") != base_sha256 {
+        return Err(at(&format!(
+            "trained on the encoder weights with SHA-256 {}, not these ({base_sha256})",
+            field("baseSha256")
+        )));
+    }
+    let scale: f64 = field("scale")
+        .parse()
+        .map_err(|_| at(&format!("scale {:?} is not a number", field("scale"))))?;
+    let mut tensors =
+        candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| at(&e))?;
+    let mut names: Vec<String> = tensors.keys().cloned().collect();
+    names.sort();
+    for name in names {
+        let Some(tensor) = tensors.remove(&name) else {
+            continue;
+        };
+        if let Some(weight) = name.strip_suffix(".down") {
+            let up = tensors
+                .remove(&format!("{weight}.up"))
+                .ok_or_else(|| at(&format!("{name} has no {weight}.up")))?;
+            add_low_rank(weights, weight, &up, &tensor, scale).map_err(|e| at(&e))?;
+        } else if name.ends_with(".up") {
+            return Err(at(&format!("{name} has no matching .down")));
+        } else {
+            let base = weights
+                .get(&name)
+                .ok_or_else(|| at(&format!("the encoder has no tensor {name}")))?;
+            if base.dims() != tensor.dims() {
+                return Err(at(&format!(
+                    "{name} is {:?}, the encoder's {:?}",
+                    tensor.dims(),
+                    base.dims()
+                )));
+            }
+            weights.insert(name, tensor);
+        }
+    }
+    Ok(())
+}
+
+/// `weights[name] += scale · up · down`.
+fn add_low_rank(
+    weights: &mut HashMap<String, Tensor>,
+    name: &str,
+    up: &Tensor,
+    down: &Tensor,
+    scale: f64,
+) -> Result<(), String> {
+    let base = weights
+        .get(name)
+        .ok_or_else(|| format!("the encoder has no weight {name}"))?;
+    let merged = up
+        .matmul(down)
+        .and_then(|update| {
+            if update.dims() != base.dims() {
+                return Err(candle_core::Error::Msg(format!(
+                    "{name}'s update is {:?}, the weight {:?}",
+                    update.dims(),
+                    base.dims()
+                )));
+            }
+            base.to_dtype(update.dtype())? + (update * scale)?
+        })
+        .map_err(|e| e.to_string())?;
+    weights.insert(name.to_owned(), merged);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(values: &[f32], shape: (usize, usize)) -> Tensor {
+        Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
+    }
+
+    fn adapter(dir: &Path, tensors: &[AdapterTensor], base: &str) -> std::path::PathBuf {
+        let path = dir.join("adapter.safetensors");
+        write_adapter(&path, tensors, 0.5, base).unwrap();
+        path
+    }
+
+    fn base() -> HashMap<String, Tensor> {
+        HashMap::from([
+            ("w".to_owned(), tensor(&[1.0, 0.0, 0.0, 1.0], (2, 2))),
+            (
+                "b".to_owned(),
+                Tensor::from_slice(&[0.0f32, 0.0], 2, &Device::Cpu).unwrap(),
+            ),
+        ])
+    }
+
+    #[test]
+    fn a_low_rank_pair_adds_its_scaled_product_and_other_tensors_replace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = adapter(
+            dir.path(),
+            &[
+                AdapterTensor {
+                    name: "w.down".into(),
+                    shape: vec![1, 2],
+                    values: vec![1.0, 2.0],
+                },
+                AdapterTensor {
+                    name: "w.up".into(),
+                    shape: vec![2, 1],
+                    values: vec![2.0, -2.0],
+                },
+                AdapterTensor {
+                    name: "b".into(),
+                    shape: vec![2],
+                    values: vec![0.25, -0.5],
+                },
+            ],
+            "abc",
+        );
+        let mut weights = base();
+        merge_adapter(&path, &mut weights, "abc").unwrap();
+        // w + 0.5 · [[2], [-2]] · [[1, 2]] = [[1, 0], [0, 1]] + [[1, 2], [-1, -2]]
+        let w: Vec<Vec<f32>> = weights["w"].to_vec2().unwrap();
+        assert_eq!(w, vec![vec![2.0, 2.0], vec![-1.0, -1.0]]);
+        assert_eq!(weights["b"].to_vec1::<f32>().unwrap(), vec![0.25, -0.5]);
+    }
+
+    #[test]
+    fn another_encoder_a_stray_tensor_or_a_wrong_shape_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = |up: usize| {
+            vec![
+                AdapterTensor {
+                    name: "w.down".into(),
+                    shape: vec![1, 2],
+                    values: vec![1.0, 2.0],
+                },
+                AdapterTensor {
+                    name: "w.up".into(),
+                    shape: vec![up, 1],
+                    values: vec![1.0; up],
+                },
+            ]
+        };
+        let path = adapter(dir.path(), &pair(2), "abc");
+        let error = merge_adapter(&path, &mut base(), "def").unwrap_err();
+        assert!(error.contains("SHA-256 abc, not these (def)"), "{error}");
+
+        let path = adapter(dir.path(), &pair(3), "abc");
+        let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
+        assert!(
+            error.contains("w's update is [3, 2], the weight [2, 2]"),
+            "{error}"
+        );
+
+        let stray = [AdapterTensor {
+            name: "x".into(),
+            shape: vec![1],
+            values: vec![1.0],
+        }];
+        let path = adapter(dir.path(), &stray, "abc");
+        let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
+        assert!(error.contains("the encoder has no tensor x"), "{error}");
+
+        let alone = [AdapterTensor {
+            name: "w.up".into(),
+            shape: vec![2, 1],
+            values: vec![1.0; 2],
+        }];
+        let path = adapter(dir.path(), &alone, "abc");
+        let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
+        assert!(error.contains("w.up has no matching .down"), "{error}");
+    }
+}
