@@ -1,5 +1,6 @@
-//! Raw encoder cost, Candle (fp32) vs ONNX Runtime (int8), at batch 1, 8 and 32 for 64- and
-//! 256-token inputs. Needs `./scripts/fetch-models.sh`. `cargo bench --bench encoder`.
+//! Raw encoder cost, Candle (fp32, as fetched and with the shipped low-rank adapter merged in)
+//! vs ONNX Runtime (int8), at batch 1, 8 and 32 for 64- and 256-token inputs. Needs
+//! `./scripts/fetch-models.sh`. `cargo bench --bench encoder`.
 //!
 //! A process loads one ONNX Runtime library. `MOM_BENCH_OPENVINO=1` loads the OpenVINO build
 //! (`.cache/onnxruntime-openvino/`) instead of the default one and adds the OpenVINO execution
@@ -55,7 +56,12 @@ fn encoders(c: &mut Criterion) {
         require_first: true,
         adapter: None,
     };
-    let mut backends = vec![("candle_fp32", candle)];
+    let adapted = Backend::Candle {
+        devices: vec!["cpu".to_owned()],
+        require_first: true,
+        adapter: Some(cache("../heads/minilm-adapter.safetensors")),
+    };
+    let mut backends = vec![("candle_fp32", candle), ("candle_fp32_adapted", adapted)];
     if std::env::var_os("MOM_BENCH_OPENVINO").is_some() {
         let runtime = "onnxruntime-openvino/libonnxruntime.so";
         backends.push(("onnx_int8_ort1.24_cpu", onnx(runtime, "cpu")));

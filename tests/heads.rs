@@ -19,7 +19,7 @@ use mom_router::train::{evaluate_signal, EvalOptions, Report, Split};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use support::sidecar::{quickstart_config, semantic_config};
+use support::sidecar::{example_config, quickstart_config, semantic_config};
 use support::signal;
 use support::stack::{ask, header, Stack};
 
@@ -142,6 +142,68 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     assert_eq!(bastion.examples, 181);
     let f1 = bastion.f1_of("malicious").unwrap();
     assert!(f1 >= 0.91, "bastioncorpus F1 {f1}\n{bastion}");
+}
+
+/// The subject head fitted on the fine-tuned encoder (`examples/adapted`: Candle with the
+/// low-rank adapter merged on load) reproduces its recorded held-out accuracy through the routing
+/// code and keeps its out-of-distribution scores; the heads of the plain and the adapted encoder
+/// are each refused by the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plain_head() {
+    let config = example_config("adapted");
+    let snapshot = compile_str(&config).unwrap();
+    let held_out = score(
+        &snapshot,
+        "stem",
+        data("domain-train.jsonl"),
+        &[],
+        Split::HeldOut(20),
+    )
+    .await;
+    let recorded = recorded("domain-adapted.safetensors");
+    let expected = recorded["accuracy"].as_f64().unwrap();
+    assert_eq!(
+        held_out.examples as u64,
+        recorded["examples"].as_u64().unwrap()
+    );
+    assert!(
+        (held_out.accuracy - expected).abs() < 0.002,
+        "accuracy {} vs recorded {expected}\n{held_out}",
+        held_out.accuracy
+    );
+    // Measured with this head (heads/README.md): 0.893 as written, 0.768 misspelt; a floor two
+    // questions under each.
+    let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
+    assert_eq!(domain.examples, 56);
+    assert!(domain.accuracy >= 0.857, "{domain}");
+    let typos = score(
+        &snapshot,
+        "stem",
+        ood("domain-typos.jsonl"),
+        &[],
+        Split::All,
+    )
+    .await;
+    assert!(typos.accuracy >= 0.732, "{typos}");
+
+    let plain = config.replace(
+        "heads/domain-adapted.safetensors",
+        "heads/domain.safetensors",
+    );
+    let errors = compile_str(&plain).unwrap_err().to_string();
+    assert!(
+        errors.contains("was trained on another encoder"),
+        "{errors}"
+    );
+    let adapted = quickstart_config().replace(
+        "heads/domain.safetensors",
+        "heads/domain-adapted.safetensors",
+    );
+    let errors = compile_str(&adapted).unwrap_err().to_string();
+    assert!(
+        errors.contains("was trained on another encoder"),
+        "{errors}"
+    );
 }
 
 fn explain(config: &str, text: &str) -> Value {

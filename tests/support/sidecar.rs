@@ -136,12 +136,17 @@ pub fn semantic_config() -> String {
     example_config("semantic")
 }
 
-/// `examples/NAME/config.yaml`, with its model paths made absolute for a config in a temp dir.
+/// `examples/NAME/config.yaml`, with its model and head paths made absolute for a config in a
+/// temp dir.
 pub fn example_config(name: &str) -> String {
     let path = super::repo().join(format!("examples/{name}/config.yaml"));
     let text = std::fs::read_to_string(path).unwrap();
     text.replace(
         "../../.cache",
         &super::repo().join(".cache").display().to_string(),
+    )
+    .replace(
+        "../../heads",
+        &super::repo().join("heads").display().to_string(),
     )
 }
