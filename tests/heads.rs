@@ -206,6 +206,20 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
     );
 }
 
+/// `examples/adapted`'s policy: a clear subject routed by the adapted encoder's head, an unclear
+/// one (best guess under 0.5) routed on purpose as `abstain`.
+#[test]
+fn the_adapted_example_routes_clear_subjects_and_abstains_on_unclear_ones() {
+    let config = example_config("adapted");
+    let maths = explain(&config, "How do I find the eigenvalues of a 2x2 matrix?");
+    assert_eq!(signal(&maths, "stem")["label"], "math", "{maths:#}");
+    assert_eq!(maths["decision"], "stem");
+    let vague = explain(&config, "Tell me about it.");
+    assert_eq!(signal(&vague, "unsure")["label"], "abstain", "{vague:#}");
+    assert_eq!(vague["decision"], "unsure");
+    assert_eq!(vague["model"], "gemma3-270m");
+}
+
 fn explain(config: &str, text: &str) -> Value {
     support::explain_offline(config, &ask(text))
 }
