@@ -13,31 +13,14 @@
 mod support;
 
 use mom_router::config::compile_str;
-use mom_router::config::Snapshot;
 use mom_router::inference::Head;
-use mom_router::train::{evaluate_signal, EvalOptions, Report, Split};
+use mom_router::train::Split;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::PathBuf;
-use support::sidecar::{example_config, quickstart_config, semantic_config};
+use support::heads::{data, held_out_as_recorded, metadata, ood, recorded, score};
+use support::sidecar::{quickstart_config, semantic_config};
 use support::signal;
 use support::stack::{ask, header, Stack};
-
-fn data(name: &str) -> PathBuf {
-    support::encoders::cache(&format!("data/{name}"))
-}
-
-/// The metadata `mom-router train` wrote into a head file.
-fn metadata(head: &str) -> HashMap<String, String> {
-    let bytes = std::fs::read(support::repo().join("heads").join(head)).unwrap();
-    let (_, metadata) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-    metadata.metadata().clone().unwrap()
-}
-
-/// The `heldOut` report `mom-router train` wrote into the head file.
-fn recorded(head: &str) -> Value {
-    serde_json::from_str(&metadata(head)["heldOut"]).unwrap()
-}
 
 fn sha256(path: &std::path::Path) -> String {
     use sha2::Digest;
@@ -54,52 +37,10 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
     }
 }
 
-/// A hand-written out-of-distribution set, committed in `heads/data/ood/`.
-fn ood(name: &str) -> PathBuf {
-    support::repo().join("heads/data/ood").join(name)
-}
-
-/// `signal` of `snapshot` scored on `data` exactly as the router runs it (`eval-signal`).
-async fn score(
-    snapshot: &Snapshot,
-    signal: &str,
-    data: PathBuf,
-    positive: &[&str],
-    split: Split,
-) -> Report {
-    let options = EvalOptions {
-        signal: signal.to_owned(),
-        data,
-        positive: positive.iter().map(|p| (*p).to_owned()).collect(),
-        split,
-        concurrency: 32,
-    };
-    evaluate_signal(snapshot, &options).await.unwrap().0
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let report = score(
-        &snapshot,
-        "stem",
-        data("domain-train.jsonl"),
-        &[],
-        Split::HeldOut(20),
-    )
-    .await;
-    let recorded = recorded("domain.safetensors");
-    assert_eq!(
-        report.examples as u64,
-        recorded["examples"].as_u64().unwrap()
-    );
-    let expected = recorded["accuracy"].as_f64().unwrap();
-    // The same encoder and examples: equal up to float noise flipping an example or two.
-    assert!(
-        (report.accuracy - expected).abs() < 0.002,
-        "accuracy {} vs recorded {expected}\n{report}",
-        report.accuracy
-    );
+    let report = held_out_as_recorded(&snapshot, "stem", "domain.safetensors").await;
     assert_eq!(report.labels.len(), 14, "{:?}", report.labels);
 }
 
@@ -142,82 +83,6 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     assert_eq!(bastion.examples, 181);
     let f1 = bastion.f1_of("malicious").unwrap();
     assert!(f1 >= 0.91, "bastioncorpus F1 {f1}\n{bastion}");
-}
-
-/// The subject head fitted on the fine-tuned encoder (`examples/adapted`: Candle with the
-/// low-rank adapter merged on load) reproduces its recorded held-out accuracy through the routing
-/// code and keeps its out-of-distribution scores; the heads of the plain and the adapted encoder
-/// are each refused by the other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plain_head() {
-    let config = example_config("adapted");
-    let snapshot = compile_str(&config).unwrap();
-    let held_out = score(
-        &snapshot,
-        "stem",
-        data("domain-train.jsonl"),
-        &[],
-        Split::HeldOut(20),
-    )
-    .await;
-    let recorded = recorded("domain-adapted.safetensors");
-    let expected = recorded["accuracy"].as_f64().unwrap();
-    assert_eq!(
-        held_out.examples as u64,
-        recorded["examples"].as_u64().unwrap()
-    );
-    assert!(
-        (held_out.accuracy - expected).abs() < 0.002,
-        "accuracy {} vs recorded {expected}\n{held_out}",
-        held_out.accuracy
-    );
-    // Measured with this head (heads/README.md): 0.893 as written, 0.768 misspelt; a floor two
-    // questions under each.
-    let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
-    assert_eq!(domain.examples, 56);
-    assert!(domain.accuracy >= 0.857, "{domain}");
-    let typos = score(
-        &snapshot,
-        "stem",
-        ood("domain-typos.jsonl"),
-        &[],
-        Split::All,
-    )
-    .await;
-    assert!(typos.accuracy >= 0.732, "{typos}");
-
-    let plain = config.replace(
-        "heads/domain-adapted.safetensors",
-        "heads/domain.safetensors",
-    );
-    let errors = compile_str(&plain).unwrap_err().to_string();
-    assert!(
-        errors.contains("was trained on another encoder"),
-        "{errors}"
-    );
-    let adapted = quickstart_config().replace(
-        "heads/domain.safetensors",
-        "heads/domain-adapted.safetensors",
-    );
-    let errors = compile_str(&adapted).unwrap_err().to_string();
-    assert!(
-        errors.contains("was trained on another encoder"),
-        "{errors}"
-    );
-}
-
-/// `examples/adapted`'s policy: a clear subject routed by the adapted encoder's head, an unclear
-/// one (best guess under 0.5) routed on purpose as `abstain`.
-#[test]
-fn the_adapted_example_routes_clear_subjects_and_abstains_on_unclear_ones() {
-    let config = example_config("adapted");
-    let maths = explain(&config, "How do I find the eigenvalues of a 2x2 matrix?");
-    assert_eq!(signal(&maths, "stem")["label"], "math", "{maths:#}");
-    assert_eq!(maths["decision"], "stem");
-    let vague = explain(&config, "Tell me about it.");
-    assert_eq!(signal(&vague, "unsure")["label"], "abstain", "{vague:#}");
-    assert_eq!(vague["decision"], "unsure");
-    assert_eq!(vague["model"], "gemma3-270m");
 }
 
 fn explain(config: &str, text: &str) -> Value {

@@ -161,6 +161,14 @@ mod tests {
         Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
     }
 
+    fn part(name: &str, shape: Vec<usize>, values: Vec<f32>) -> AdapterTensor {
+        AdapterTensor {
+            name: name.to_owned(),
+            shape,
+            values,
+        }
+    }
+
     fn adapter(dir: &Path, tensors: &[AdapterTensor], base: &str) -> std::path::PathBuf {
         let path = dir.join("adapter.safetensors");
         write_adapter(&path, tensors, 0.5, base).unwrap();
@@ -183,21 +191,9 @@ mod tests {
         let path = adapter(
             dir.path(),
             &[
-                AdapterTensor {
-                    name: "w.down".into(),
-                    shape: vec![1, 2],
-                    values: vec![1.0, 2.0],
-                },
-                AdapterTensor {
-                    name: "w.up".into(),
-                    shape: vec![2, 1],
-                    values: vec![2.0, -2.0],
-                },
-                AdapterTensor {
-                    name: "b".into(),
-                    shape: vec![2],
-                    values: vec![0.25, -0.5],
-                },
+                part("w.down", vec![1, 2], vec![1.0, 2.0]),
+                part("w.up", vec![2, 1], vec![2.0, -2.0]),
+                part("b", vec![2], vec![0.25, -0.5]),
             ],
             "abc",
         );
@@ -214,16 +210,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pair = |up: usize| {
             vec![
-                AdapterTensor {
-                    name: "w.down".into(),
-                    shape: vec![1, 2],
-                    values: vec![1.0, 2.0],
-                },
-                AdapterTensor {
-                    name: "w.up".into(),
-                    shape: vec![up, 1],
-                    values: vec![1.0; up],
-                },
+                part("w.down", vec![1, 2], vec![1.0, 2.0]),
+                part("w.up", vec![up, 1], vec![1.0; up]),
             ]
         };
         let path = adapter(dir.path(), &pair(2), "abc");
@@ -237,20 +225,12 @@ mod tests {
             "{error}"
         );
 
-        let stray = [AdapterTensor {
-            name: "x".into(),
-            shape: vec![1],
-            values: vec![1.0],
-        }];
+        let stray = [part("x", vec![1], vec![1.0])];
         let path = adapter(dir.path(), &stray, "abc");
         let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
         assert!(error.contains("the encoder has no tensor x"), "{error}");
 
-        let alone = [AdapterTensor {
-            name: "w.up".into(),
-            shape: vec![2, 1],
-            values: vec![1.0; 2],
-        }];
+        let alone = [part("w.up", vec![2, 1], vec![1.0; 2])];
         let path = adapter(dir.path(), &alone, "abc");
         let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
         assert!(error.contains("w.up has no matching .down"), "{error}");

@@ -11,6 +11,7 @@
 pub mod encoders;
 pub mod envoy;
 pub mod fake_openai;
+pub mod heads;
 pub mod jwt;
 pub mod llm;
 pub mod redis;

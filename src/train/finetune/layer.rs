@@ -107,9 +107,9 @@ pub struct TrainableLayer {
 /// The tensors of `model.safetensors`, by name.
 pub type Weights = HashMap<String, Tensor>;
 
-/// Reads a safetensors file onto the CPU.
-pub fn read_weights(path: &Path) -> Result<Weights> {
-    candle_core::safetensors::load(path, &Device::Cpu)
+/// The tensors of a safetensors file's bytes, on the CPU.
+pub fn parse_weights(bytes: &[u8]) -> Result<Weights> {
+    candle_core::safetensors::load_buffer(bytes, &Device::Cpu)
 }
 
 impl TrainableLayer {

@@ -9,7 +9,7 @@
 
 mod layer;
 
-use layer::{additive_mask, read_weights, write_weights, TrainableLayer, Training, Weights};
+use layer::{additive_mask, parse_weights, write_weights, TrainableLayer, Training, Weights};
 
 use super::data::{is_held_out, label_set, read_examples};
 use crate::inference::tokenize::TextTokenizer;
@@ -269,7 +269,9 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     let tokenizer =
         TextTokenizer::load(&options.encoder.join("tokenizer.json"), options.max_tokens)?;
     let weights_path = options.encoder.join("model.safetensors");
-    let weights = read_weights(&weights_path)
+    let weights_bytes = std::fs::read(&weights_path)
+        .with_context(|| format!("cannot read {}", weights_path.display()))?;
+    let weights = parse_weights(&weights_bytes)
         .with_context(|| format!("cannot read {}", weights_path.display()))?;
     let lower = lower_model(&weights, &config, options.layers)?;
     // Texts of similar length share a batch, so little of it is padding.
@@ -361,13 +363,11 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     match training {
         Training::Whole => write_encoder(options, &weights, &vars)?,
         Training::LowRank { scale, .. } => {
-            let bytes = std::fs::read(&weights_path)
-                .with_context(|| format!("cannot read {}", weights_path.display()))?;
             write_adapter(
                 &options.out,
                 &adapter_tensors(&vars)?,
                 scale,
-                &weights_sha256(&bytes),
+                &weights_sha256(&weights_bytes),
             )
             .map_err(anyhow::Error::msg)?;
         }
@@ -401,7 +401,8 @@ mod tests {
         let dir = minilm();
         let config = read_config(&dir).unwrap();
         let tokenizer = TextTokenizer::load(&dir.join("tokenizer.json"), 128).unwrap();
-        let weights = read_weights(&dir.join("model.safetensors")).unwrap();
+        let weights =
+            parse_weights(&std::fs::read(dir.join("model.safetensors")).unwrap()).unwrap();
         let texts = [
             "How do vaccines train the immune system?",
             "Find the eigenvalues of the matrix [[2, 1], [1, 2]].",
@@ -457,7 +458,8 @@ mod tests {
     fn a_low_rank_layer_computes_what_its_merged_adapter_loads() {
         let dir = minilm();
         let config = read_config(&dir).unwrap();
-        let weights = read_weights(&dir.join("model.safetensors")).unwrap();
+        let weights =
+            parse_weights(&std::fs::read(dir.join("model.safetensors")).unwrap()).unwrap();
         let heads = config.num_attention_heads;
         let training = Training::LowRank {
             rank: 4,
