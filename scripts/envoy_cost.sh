@@ -2,8 +2,8 @@
 # Envoy's own CPU per request for what envoy/quickstart.yaml adds around the ext_proc exchange:
 # the same mom-router (rule-only policy) and FAKE backends behind four Envoys started from the
 # quickstart configuration, each on its own ports: as shipped, without the jwt_authn filter,
-# without the x-mom-* response headers read from dynamic metadata, and without the mom_* access
-# log fields. Interleaved rounds at concurrency 1 and 16, so a busy moment weighs on all alike;
+# without the x-mom-* response headers read from dynamic metadata, and without the mom_router access
+# log object. Interleaved rounds at concurrency 1 and 16, so a busy moment weighs on all alike;
 # prints each Envoy's CPU per request and its ratio to the shipped one. Not a test.
 #
 #   ./scripts/envoy_cost.sh [COUNT]     (default 2000 requests per Envoy, round and concurrency)

@@ -140,9 +140,11 @@ def main():
         print(f"   answer: {answer[:150]}")
         line = access_log_line(marker)
         if line:
-            keep = {k: line[k] for k in ("status", "upstream_cluster", "mom_identity", "mom_decision",
-                                         "mom_model", "mom_algorithm", "mom_confidence",
-                                         "mom_config_version", "mom_error") if line.get(k) is not None}
+            mom = line.get("mom_router") or {}
+            keep = {k: line[k] for k in ("status", "upstream_cluster") if line.get(k) is not None}
+            keep.update({f"mom_router.{k}": mom[k] for k in ("identity", "decision", "model", "algorithm",
+                                                              "confidence", "config_version", "error")
+                         if mom.get(k) is not None})
             print(f"   access log: {json.dumps(keep)}")
         print()
 

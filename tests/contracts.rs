@@ -146,7 +146,7 @@ async fn a_cascade_repairs_a_confident_answer_and_escalates_one_that_stays_broke
     assert_eq!(forwarded.len(), 2);
     assert_eq!(forwarded[0]["messages"][0]["role"], "system");
     let log = stack.envoy.access_log_line("escalated").await;
-    assert_eq!(log["mom_contract"], "code:repaired");
+    assert_eq!(log["mom_router"]["contract"], "code:repaired");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,7 +197,7 @@ async fn a_streamed_answer_is_checked_and_reported_not_held_back() {
         "{text}"
     );
     let log = stack.envoy.access_log_line("streamed").await;
-    assert_eq!(log["mom_contract"], "regex:violated");
+    assert_eq!(log["mom_router"]["contract"], "regex:violated");
     assert_eq!(stack.backends["gemma3-270m"].bodies().len(), 1);
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
     assert!(

@@ -78,17 +78,17 @@ async fn mom_auto_routes_by_policy_with_headers_and_access_log_evidence() {
         let log = stack.envoy.access_log_line(marker).await;
         assert_eq!(log["upstream_cluster"], model, "{marker}: {log}");
         assert_eq!(log["status"], 200);
-        assert_eq!(log["mom_identity"], "mom/auto");
-        assert_eq!(log["mom_decision"], decision);
-        assert_eq!(log["mom_model"], model);
+        assert_eq!(log["mom_router"]["identity"], "mom/auto");
+        assert_eq!(log["mom_router"]["decision"], decision);
+        assert_eq!(log["mom_router"]["model"], model);
         if learned {
-            assert_eq!(log["mom_algorithm"], "learned");
+            assert_eq!(log["mom_router"]["algorithm"], "learned");
             assert_eq!(header(&response, "x-mom-algorithm"), "learned");
         } else {
-            assert_eq!(log["mom_algorithm"], "static");
-            assert_eq!(log["mom_confidence"], 1.0);
+            assert_eq!(log["mom_router"]["algorithm"], "static");
+            assert_eq!(log["mom_router"]["confidence"], 1.0);
         }
-        assert!(log["mom_config_version"]
+        assert!(log["mom_router"]["config_version"]
             .as_str()
             .unwrap()
             .starts_with("quickstart-1@"));
@@ -260,7 +260,7 @@ async fn sse_streams_through_chunk_by_chunk() {
         "all chunks within {spread:?}"
     );
     let log = stack.envoy.access_log_line("sse").await;
-    assert_eq!(log["mom_decision"], "code");
+    assert_eq!(log["mom_router"]["decision"], "code");
     // Nothing reads this answer (no observation, contract, masking or cache): its chunks pass
     // through Envoy without a round trip to mom-router each.
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
@@ -412,7 +412,7 @@ async fn every_bad_input_gets_an_openai_error_and_the_sidecar_keeps_serving() {
         );
         assert!(error["error"]["type"].is_string(), "{marker}");
         let log = stack.envoy.access_log_line(marker).await;
-        assert_eq!(log["mom_error"], code, "{marker}");
+        assert_eq!(log["mom_router"]["error"], code, "{marker}");
         assert_eq!(log["upstream_cluster"], Value::Null, "{marker}");
     }
     assert_eq!(

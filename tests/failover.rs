@@ -46,7 +46,7 @@ async fn fails_over_on(stack: &Stack, status: u64, marker: &str) {
     let log = stack.envoy.access_log_line(marker).await;
     assert_eq!(log["status"], 200);
     assert_eq!(
-        log["mom_fallback"],
+        log["mom_router"]["fallback"],
         format!("qwen2.5-coder-0.5b {status} -> smollm2-135m")
     );
     coder.fail_status.store(0, Ordering::Relaxed);

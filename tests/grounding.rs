@@ -45,7 +45,7 @@ async fn supported_answers_pass_and_unsupported_ones_get_the_fallback() {
     assert!(verdict.starts_with("grounded 2/2 min="), "{verdict}");
     assert_eq!(content(&response.json().await.unwrap()), supported);
     let log = stack.envoy.access_log_line("grounded").await;
-    assert_eq!(log["mom_grounding"], verdict.as_str());
+    assert_eq!(log["mom_router"]["grounding"], verdict.as_str());
 
     // An invented date, and a claim the context does not make.
     let invented = "The Eiffel Tower was completed in 1650 by Napoleon. It is made of chocolate.";

@@ -219,7 +219,7 @@ async fn envoy_routes_by_the_domain_and_jailbreak_heads() {
     assert_eq!(header(&attack, "x-fake-backend"), "smollm2-135m");
     assert_eq!(header(&attack, "x-mom-decision"), "jailbreak");
     let log = stack.envoy.access_log_line("heads-attack").await;
-    assert_eq!(log["mom_decision"], "jailbreak");
+    assert_eq!(log["mom_router"]["decision"], "jailbreak");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -215,7 +215,10 @@ async fn a_failing_sub_call_fails_over_to_a_model_the_looper_does_not_ask() {
     assert_eq!(calls[0]["max_tokens"], 64);
     assert!(seen(&stack, "qwen2.5-coder-0.5b").is_empty());
     let log = stack.envoy.access_log_line("sub").await;
-    assert_eq!(log["mom_fallback"], "smollm2-135m 503 -> gemma3-270m");
+    assert_eq!(
+        log["mom_router"]["fallback"],
+        "smollm2-135m 503 -> gemma3-270m"
+    );
     let metrics = stack.sidecar.as_ref().unwrap().metrics().await;
     assert!(
         metrics.contains(

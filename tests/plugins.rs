@@ -77,7 +77,7 @@ async fn guards_refuse_before_any_upstream_call_or_reroute() {
         .unwrap()
         .contains("nothing was sent to a model"));
     let log = stack.envoy.access_log_line("jailbreak").await;
-    assert_eq!(log["mom_error"], "jailbreak_blocked");
+    assert_eq!(log["mom_router"]["error"], "jailbreak_blocked");
 
     let leak = "Send the invoice to jane.doe@example.com from 10.0.0.1";
     let response = stack.chat(&ask("mom/auto", leak), "pii").await;

@@ -80,7 +80,7 @@ async fn a_messages_request_is_routed_translated_and_answered_as_a_message() {
     // The access log names the client's protocol; the path is the upstream's, query kept.
     let log = stack.envoy.access_log_line("plain").await;
     assert_eq!(log["upstream_cluster"], model);
-    assert_eq!(log["mom_protocol"], "messages");
+    assert_eq!(log["mom_router"]["protocol"], "messages");
     assert_eq!(log["path"], "/v1/chat/completions?t=plain");
 
     // What chat cannot carry is dropped, and said.
@@ -302,7 +302,7 @@ async fn a_backend_that_speaks_messages_gets_the_request_untranslated_unless_the
     assert_eq!(upstream, expected);
     let log = stack.envoy.access_log_line("native").await;
     assert_eq!(log["path"], "/v1/messages?t=native");
-    assert_eq!(log["mom_protocol"], "messages");
+    assert_eq!(log["mom_router"]["protocol"], "messages");
 
     // A model that speaks chat only still gets the translation.
     let mut chat_only = message("hello there");

@@ -104,7 +104,7 @@ async fn a_response_owing_nothing_skips_the_response_phases_and_keeps_its_header
     assert_eq!(phase_count(&metrics, "response_headers"), 0, "{metrics}");
     assert_eq!(phase_count(&metrics, "response_body"), 0, "{metrics}");
     let log = stack.envoy.access_log_line("plain").await;
-    assert_eq!(log["mom_decision"], "code", "{log}");
+    assert_eq!(log["mom_router"]["decision"], "code", "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

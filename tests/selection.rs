@@ -111,9 +111,12 @@ async fn cost_aware_prices_each_request_by_its_prompt_and_completion_size() {
     assert!(text(&headers, "x-mom-selection-reason").contains("quality >= 0.6"));
     // The access log carries the same evidence: scores and the run id outcomes refer to.
     let log = stack.envoy.access_log_line("cost1").await;
-    assert_eq!(log["mom_algorithm"], "cost_aware");
-    assert_eq!(log["mom_scores"], scores.as_str());
-    assert_eq!(log["mom_run_id"], text(&headers, "x-mom-run-id").as_str());
+    assert_eq!(log["mom_router"]["algorithm"], "cost_aware");
+    assert_eq!(log["mom_router"]["scores"], scores.as_str());
+    assert_eq!(
+        log["mom_router"]["run_id"],
+        text(&headers, "x-mom-run-id").as_str()
+    );
     let sidecar = stack.sidecar.as_ref().unwrap();
     let lower_floor = policy(
         "{type: cost_aware, qualityFloor: 0.3}",

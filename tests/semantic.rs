@@ -134,8 +134,8 @@ async fn envoy_routes_by_the_embedding_signal_and_logs_it() {
     assert_eq!(header(&response, "x-fake-backend"), "qwen2.5-coder-0.5b");
     assert_eq!(header(&response, "x-mom-decision"), "programming");
     let log = stack.envoy.access_log_line("semantic-code").await;
-    assert_eq!(log["mom_decision"], "programming");
-    let confidence = log["mom_confidence"].as_f64().unwrap();
+    assert_eq!(log["mom_router"]["decision"], "programming");
+    let confidence = log["mom_router"]["confidence"].as_f64().unwrap();
     assert!((0.35..=1.0).contains(&confidence), "{confidence}");
     let small_talk = stack
         .chat(

@@ -136,8 +136,8 @@ async fn a_tenant_past_its_tokens_is_refused_before_any_model_is_called_and_anot
     assert!(message.contains("tokensPerMinute limit of 40"), "{message}");
     let line = stack.envoy.access_log_line(&marker).await;
     assert_eq!(line["status"], 429, "{line}");
-    assert_eq!(line["mom_tenant"], "small", "{line}");
-    assert_eq!(line["mom_error"], "rate_limit_exceeded", "{line}");
+    assert_eq!(line["mom_router"]["tenant"], "small", "{line}");
+    assert_eq!(line["mom_router"]["error"], "rate_limit_exceeded", "{line}");
 
     let other = chat(&stack, Some(LARGE_KEY), "large-0").await;
     assert_eq!(other.status(), 200, "another tenant is unaffected");
