@@ -47,6 +47,7 @@ fn onnx(runtime: &str, provider: &str) -> Backend {
         runtime_library: cache(runtime),
         providers: vec![provider.to_owned()],
         require_first: true,
+        adapter: None,
     }
 }
 
@@ -67,7 +68,13 @@ fn encoders(c: &mut Criterion) {
         backends.push(("onnx_int8_ort1.24_cpu", onnx(runtime, "cpu")));
         backends.push(("onnx_int8_ort1.24_openvino", onnx(runtime, "openvino")));
     } else {
-        backends.push(("onnx_int8", onnx("onnxruntime/libonnxruntime.so", "cpu")));
+        let runtime = "onnxruntime/libonnxruntime.so";
+        backends.push(("onnx_int8", onnx(runtime, "cpu")));
+        let mut adapted = onnx(runtime, "cpu");
+        if let Backend::Onnx { adapter, .. } = &mut adapted {
+            *adapter = Some(cache("../heads/minilm-adapter.safetensors"));
+        }
+        backends.push(("onnx_int8_adapted", adapted));
     }
     for (name, backend) in backends {
         let mut encoder = inference::load(&spec(backend)).expect("run ./scripts/fetch-models.sh");

@@ -93,6 +93,7 @@ fn spec(backend: &str, device: &str, runtime: Option<&Path>) -> Result<EncoderSp
                 .to_owned(),
             providers: devices,
             require_first: true,
+            adapter: None,
         },
     };
     Ok(EncoderSpec {

@@ -168,20 +168,8 @@ fn layers_outside_the_encoder_are_refused() {
 }
 
 #[test]
-fn an_adapter_is_refused_on_onnx_and_when_trained_on_other_weights() {
+fn an_adapter_is_refused_on_other_weights_on_either_backend() {
     let semantic = support::sidecar::semantic_config();
-    let onnx = semantic.replace(
-        "    backend: candle\n",
-        "    backend: onnx\n    onnxModel: model.onnx\n    runtimeLibrary: libonnxruntime.so\n    adapter: a.safetensors\n",
-    );
-    let errors = compile_str(&onnx).unwrap_err().to_string();
-    assert!(
-        errors.contains(
-            "inference.encoder.adapter: an adapter is merged into the weights Candle loads"
-        ),
-        "{errors}"
-    );
-
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("other.safetensors");
     let tensors = [AdapterTensor {
@@ -200,4 +188,58 @@ fn an_adapter_is_refused_on_onnx_and_when_trained_on_other_weights() {
         errors.contains("trained on the encoder weights with SHA-256 0123"),
         "{errors}"
     );
+}
+
+/// On ONNX Runtime an adapter is recognised by the largest value of each row of the weights it
+/// was trained on, which the int8 export's scales reproduce: other values, or none recorded, are
+/// refused when the configuration loads.
+#[test]
+fn an_adapter_on_onnx_must_record_the_weights_it_was_trained_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let weight = "encoder.layer.5.attention.self.query.weight";
+    let pair = |absmax: Option<f32>| {
+        let mut tensors = vec![
+            AdapterTensor {
+                name: format!("{weight}.down"),
+                shape: vec![1, 384],
+                values: vec![0.0; 384],
+            },
+            AdapterTensor {
+                name: format!("{weight}.up"),
+                shape: vec![384, 1],
+                values: vec![0.0; 384],
+            },
+        ];
+        if let Some(absmax) = absmax {
+            tensors.push(AdapterTensor {
+                name: format!("{weight}.absmax"),
+                shape: vec![384],
+                values: vec![absmax; 384],
+            });
+        }
+        let path = dir.path().join(format!("adapter-{absmax:?}.safetensors"));
+        write_adapter(&path, &tensors, 1.0, "0123").unwrap();
+        path
+    };
+    let adapted = support::sidecar::example_config("adapted");
+    let shipped = support::repo().join("heads/minilm-adapter.safetensors");
+    assert!(adapted.contains("backend: onnx"), "{adapted}");
+    for (absmax, expected) in [
+        (
+            Some(1.0),
+            "these are not the weights the adapter was trained on",
+        ),
+        (None, "no record of the weights it was trained on"),
+    ] {
+        let config = adapted.replace(
+            &shipped.display().to_string(),
+            &pair(absmax).display().to_string(),
+        );
+        let errors = compile_str(&config).unwrap_err().to_string();
+        assert!(errors.contains("inference.encoder: "), "{errors}");
+        assert!(
+            errors.contains(&format!("{weight}: {expected}")),
+            "{errors}"
+        );
+    }
 }

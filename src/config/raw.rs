@@ -102,8 +102,8 @@ pub struct RawEncoder {
     pub model_dir: String,
     /// The `.onnx` file (backend `onnx`).
     pub onnx_model: Option<String>,
-    /// A low-rank adapter (`mom-router finetune --rank`) merged into the weights on load
-    /// (backend `candle`).
+    /// A low-rank adapter (`mom-router finetune --rank`) applied to the weights on load (either
+    /// backend).
     pub adapter: Option<String>,
     /// `libonnxruntime.so` (backend `onnx`); default `$ORT_DYLIB_PATH`.
     pub runtime_library: Option<String>,

@@ -1,10 +1,13 @@
 //! A low-rank adapter of the sentence encoder, as `mom-router finetune --rank` writes it: a
-//! small safetensors file that Candle merges into the encoder's weights when it loads them, so
-//! the adapted encoder costs what the original costs. Each tensor either replaces the encoder's
+//! small safetensors file applied to the encoder's weights when they load (merged into Candle's
+//! tensors here; patched into an ONNX model by [`super::onnx_adapter`]), so the adapted encoder
+//! costs what the original costs. Each tensor either replaces the encoder's
 //! tensor of the same name and shape (a bias, a layer norm), or, as a pair `NAME.down` (rank ×
-//! in) and `NAME.up` (out × rank), adds `scale · up · down` to weight `NAME` (out × in). The
-//! metadata names the format, the scale and the SHA-256 of the encoder weights it was trained
-//! on; another encoder is refused.
+//! in) and `NAME.up` (out × rank), adds `scale · up · down` to weight `NAME` (out × in), with
+//! `NAME.absmax` (out), the largest |value| of each row of the original weight, by which an
+//! int8 copy of the encoder is recognised ([`super::onnx_adapter`]). The metadata names the
+//! format, the scale and the SHA-256 of the encoder weights it was trained on; another encoder
+//! is refused.
 
 use candle_core::{Device, Tensor};
 use safetensors::tensor::{Dtype, TensorView};
@@ -66,13 +69,42 @@ pub fn write_adapter(
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Merges the adapter at `path` into `weights`, the tensors of the encoder file whose bytes
-/// hash to `base_sha256`.
-pub fn merge_adapter(
-    path: &Path,
-    weights: &mut HashMap<String, Tensor>,
-    base_sha256: &str,
-) -> Result<(), String> {
+/// An adapter file, read and checked for its format.
+pub(crate) struct Adapter {
+    /// The file, for errors.
+    pub path: std::path::PathBuf,
+    /// What each low-rank product is multiplied by.
+    pub scale: f64,
+    /// The SHA-256 of the encoder weights file it was trained on.
+    pub base_sha256: String,
+    /// What it changes, in the order of the tensors' names.
+    pub changes: Vec<Change>,
+}
+
+/// One change an adapter makes to the encoder.
+pub(crate) enum Change {
+    /// Adds `scale · up · down` to weight `weight` (out × in).
+    LowRank {
+        weight: String,
+        up: AdapterTensor,
+        down: AdapterTensor,
+        /// `NAME.absmax`: the largest |value| of each row of the base weight, when recorded; an
+        /// int8 copy of the encoder (one scale per output channel) must reproduce it.
+        absmax: Option<Vec<f32>>,
+    },
+    /// Replaces the encoder's tensor of the same name and shape.
+    Replace(AdapterTensor),
+}
+
+impl Adapter {
+    /// An error about this adapter.
+    pub fn error(&self, message: impl std::fmt::Display) -> String {
+        format!("adapter {}: {message}", self.path.display())
+    }
+}
+
+/// Reads the adapter at `path`.
+pub(crate) fn read_adapter(path: &Path) -> Result<Adapter, String> {
     let at = |e: &dyn std::fmt::Display| format!("adapter {}: {e}", path.display());
     let bytes = std::fs::read(path).map_err(|e| at(&e))?;
     let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| at(&e))?;
@@ -84,19 +116,29 @@ pub fn merge_adapter(
             field("format")
         )));
     }
-    if field("baseSha256") != base_sha256 {
-        return Err(at(&format!(
-            "trained on the encoder weights with SHA-256 {}, not these ({base_sha256})",
-            field("baseSha256")
-        )));
-    }
     let scale: f64 = field("scale")
         .parse()
         .map_err(|_| at(&format!("scale {:?} is not a number", field("scale"))))?;
-    let mut tensors =
-        candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| at(&e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| at(&e))?;
+    let mut tensors = HashMap::new();
+    for (name, view) in file.tensors() {
+        if view.dtype() != Dtype::F32 {
+            return Err(at(&format!("{name} is {:?}, not F32", view.dtype())));
+        }
+        let values = super::f32s_from_le(view.data());
+        let shape = view.shape().to_vec();
+        tensors.insert(
+            name.clone(),
+            AdapterTensor {
+                name,
+                shape,
+                values,
+            },
+        );
+    }
     let mut names: Vec<String> = tensors.keys().cloned().collect();
     names.sort();
+    let mut changes = Vec::new();
     for name in names {
         let Some(tensor) = tensors.remove(&name) else {
             continue;
@@ -105,21 +147,74 @@ pub fn merge_adapter(
             let up = tensors
                 .remove(&format!("{weight}.up"))
                 .ok_or_else(|| at(&format!("{name} has no {weight}.up")))?;
-            add_low_rank(weights, weight, &up, &tensor, scale).map_err(|e| at(&e))?;
-        } else if name.ends_with(".up") {
-            return Err(at(&format!("{name} has no matching .down")));
-        } else {
-            let base = weights
-                .get(&name)
-                .ok_or_else(|| at(&format!("the encoder has no tensor {name}")))?;
-            if base.dims() != tensor.dims() {
-                return Err(at(&format!(
-                    "{name} is {:?}, the encoder's {:?}",
-                    tensor.dims(),
-                    base.dims()
-                )));
+            let absmax = tensors
+                .remove(&format!("{weight}.absmax"))
+                .map(|t| t.values);
+            changes.push(Change::LowRank {
+                weight: weight.to_owned(),
+                up,
+                down: tensor,
+                absmax,
+            });
+        } else if let Some(weight) = name
+            .strip_suffix(".up")
+            .or_else(|| name.strip_suffix(".absmax"))
+        {
+            if !tensors.contains_key(&format!("{weight}.down")) {
+                return Err(at(&format!("{name} has no matching .down")));
             }
-            weights.insert(name, tensor);
+            // Taken with its `.down`, which sorts after it.
+            tensors.insert(name, tensor);
+        } else {
+            changes.push(Change::Replace(tensor));
+        }
+    }
+    Ok(Adapter {
+        path: path.to_owned(),
+        scale,
+        base_sha256: field("baseSha256").to_owned(),
+        changes,
+    })
+}
+
+/// Merges the adapter at `path` into `weights`, the tensors of the encoder file whose bytes
+/// hash to `base_sha256`.
+pub fn merge_adapter(
+    path: &Path,
+    weights: &mut HashMap<String, Tensor>,
+    base_sha256: &str,
+) -> Result<(), String> {
+    let adapter = read_adapter(path)?;
+    if adapter.base_sha256 != base_sha256 {
+        return Err(adapter.error(format!(
+            "trained on the encoder weights with SHA-256 {}, not these ({base_sha256})",
+            adapter.base_sha256
+        )));
+    }
+    let tensor = |t: &AdapterTensor| {
+        Tensor::from_slice(&t.values, t.shape.as_slice(), &Device::Cpu)
+            .map_err(|e| adapter.error(e))
+    };
+    for change in &adapter.changes {
+        match change {
+            Change::LowRank {
+                weight, up, down, ..
+            } => add_low_rank(weights, weight, &tensor(up)?, &tensor(down)?, adapter.scale)
+                .map_err(|e| adapter.error(e))?,
+            Change::Replace(replacement) => {
+                let name = &replacement.name;
+                let base = weights
+                    .get(name)
+                    .ok_or_else(|| adapter.error(format!("the encoder has no tensor {name}")))?;
+                if base.dims() != replacement.shape.as_slice() {
+                    return Err(adapter.error(format!(
+                        "{name} is {:?}, the encoder's {:?}",
+                        replacement.shape,
+                        base.dims()
+                    )));
+                }
+                weights.insert(name.clone(), tensor(replacement)?);
+            }
         }
     }
     Ok(())

@@ -7,7 +7,9 @@ mod adapter;
 mod candle_bert;
 mod head;
 mod head_file;
+mod onnx_adapter;
 mod onnx_bert;
+mod onnx_graph;
 mod onnx_ner;
 mod onnx_session;
 mod registry;
@@ -82,6 +84,8 @@ pub enum Backend {
         providers: Vec<String>,
         /// Fail instead of falling back when the first provider cannot load.
         require_first: bool,
+        /// A low-rank adapter whose tensors take the place of the model's on load.
+        adapter: Option<PathBuf>,
     },
 }
 
@@ -139,8 +143,10 @@ pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
             runtime_library,
             providers,
             require_first,
+            adapter,
         } => Ok(Box::new(onnx_bert::OnnxBert::load(
             model,
+            adapter.as_deref(),
             runtime_library,
             providers,
             *require_first,

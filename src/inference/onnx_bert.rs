@@ -1,6 +1,7 @@
 //! BERT sentence encoder on ONNX Runtime (see [`super::onnx_session`] for how the runtime and
 //! the execution provider are chosen).
 
+use super::onnx_adapter::adapted_model;
 use super::onnx_session::open_session;
 use super::tokenize::TextTokenizer;
 use super::{Encoder, InferenceError};
@@ -16,16 +17,31 @@ pub struct OnnxBert {
 }
 
 impl OnnxBert {
-    /// Loads `model` with the first execution provider that registers.
+    /// Loads `model`, with `adapter` applied, with the first execution provider that registers.
     pub fn load(
         model: &Path,
+        adapter: Option<&Path>,
         library: &Path,
         providers: &[String],
         require_first: bool,
         threads: usize,
         tokenizer: TextTokenizer,
     ) -> Result<Self, InferenceError> {
-        let (session, described) = open_session(model, library, providers, require_first, threads)?;
+        let patched = match adapter {
+            None => None,
+            Some(adapter) => Some(adapted_model(model, adapter).map_err(InferenceError::Load)?),
+        };
+        let (session, mut described) = open_session(
+            model,
+            library,
+            providers,
+            require_first,
+            threads,
+            patched.as_deref(),
+        )?;
+        if let Some(adapter) = adapter.and_then(Path::file_name) {
+            described.push_str(&format!(" + {}", adapter.to_string_lossy()));
+        }
         Ok(Self {
             session,
             tokenizer,

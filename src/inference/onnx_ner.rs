@@ -99,6 +99,7 @@ impl OnnxTokenClassifier {
             &spec.providers,
             spec.require_first,
             spec.threads,
+            None,
         )?;
         Ok(Self {
             session,

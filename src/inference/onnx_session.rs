@@ -70,14 +70,16 @@ fn provider(name: &str) -> Option<ep::ExecutionProviderDispatch> {
     }
 }
 
-/// Opens `model` with the first execution provider in `providers` that registers; returns the
-/// session and a description such as `onnx cpu (cuda unavailable: …)`.
+/// Opens `model` (or `patched`, its bytes changed, read in its place) with the first execution
+/// provider in `providers` that registers; returns the session and a description such as
+/// `onnx cpu (cuda unavailable: …)`.
 pub fn open_session(
     model: &Path,
     library: &Path,
     providers: &[String],
     require_first: bool,
     threads: usize,
+    patched: Option<&[u8]>,
 ) -> Result<(Session, String), InferenceError> {
     let env = environment(library)?;
     let mut skipped = Vec::new();
@@ -97,8 +99,13 @@ pub fn open_session(
                 .with_execution_providers([dispatch])
                 .map_err(|e| e.to_string()),
         };
-        let session =
-            builder.and_then(|mut b| b.commit_from_file(model).map_err(|e| e.to_string()));
+        let session = builder.and_then(|mut b| {
+            match patched {
+                Some(bytes) => b.commit_from_memory(bytes),
+                None => b.commit_from_file(model),
+            }
+            .map_err(|e| e.to_string())
+        });
         match session {
             Ok(session) => {
                 let mut described = format!("onnx {name}");

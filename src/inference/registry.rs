@@ -26,7 +26,10 @@ fn fingerprint(spec: &EncoderSpec) -> Result<Fingerprint, InferenceError> {
             files.push(spec.model_dir.join("config.json"));
             files.extend(adapter.iter().cloned());
         }
-        Backend::Onnx { model, .. } => files.push(model.clone()),
+        Backend::Onnx { model, adapter, .. } => {
+            files.push(model.clone());
+            files.extend(adapter.iter().cloned());
+        }
     }
     fingerprint_files(&files)
 }

@@ -36,6 +36,7 @@ pub fn onnx_on(runtime: &str, providers: &[&str], require_first: bool) -> Encode
             runtime_library: cache(runtime),
             providers: providers.iter().map(|p| (*p).to_owned()).collect(),
             require_first,
+            adapter: None,
         },
         model_dir: cache("models/all-MiniLM-L6-v2"),
         max_tokens: 256,

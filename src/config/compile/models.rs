@@ -151,13 +151,6 @@ pub(super) fn compile_encoder(
             require_first: raw.require_first_provider,
             adapter: raw.adapter.as_deref().map(resolve),
         },
-        RawBackend::Onnx if raw.adapter.is_some() => {
-            errors.push(
-                format!("{path}.adapter"),
-                "an adapter is merged into the weights Candle loads: use backend candle",
-            );
-            return None;
-        }
         RawBackend::Onnx => {
             let model = raw.onnx_model.as_deref().map(resolve);
             let library = runtime_library(raw.runtime_library.as_deref(), base);
@@ -167,6 +160,7 @@ pub(super) fn compile_encoder(
                     runtime_library,
                     providers,
                     require_first: raw.require_first_provider,
+                    adapter: raw.adapter.as_deref().map(resolve),
                 },
                 (None, _) => {
                     errors.push(

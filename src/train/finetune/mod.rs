@@ -200,18 +200,35 @@ fn read_config(dir: &Path) -> anyhow::Result<Config> {
     serde_json::from_slice(&text).with_context(|| format!("{}: not a BERT config", path.display()))
 }
 
-/// The trained variables as an adapter's tensors.
-fn adapter_tensors(vars: &[(String, Var)]) -> candle_core::Result<Vec<AdapterTensor>> {
-    vars.iter()
-        .map(|(name, var)| {
-            let tensor = var.as_tensor();
-            Ok(AdapterTensor {
-                name: name.clone(),
-                shape: tensor.dims().to_vec(),
-                values: tensor.flatten_all()?.to_vec1()?,
-            })
-        })
-        .collect()
+/// The trained variables as an adapter's tensors, with `NAME.absmax` (the largest |value| of
+/// each row of `weights`' `NAME`) beside each low-rank pair, by which the encoder the adapter
+/// belongs to is recognised in an int8 export of it.
+fn adapter_tensors(
+    weights: &Weights,
+    vars: &[(String, Var)],
+) -> candle_core::Result<Vec<AdapterTensor>> {
+    let mut tensors = Vec::with_capacity(vars.len() * 2);
+    for (name, var) in vars {
+        let tensor = var.as_tensor();
+        tensors.push(AdapterTensor {
+            name: name.clone(),
+            shape: tensor.dims().to_vec(),
+            values: tensor.flatten_all()?.to_vec1()?,
+        });
+        let Some(weight) = name.strip_suffix(".down") else {
+            continue;
+        };
+        let base = weights
+            .get(weight)
+            .ok_or_else(|| candle_core::Error::Msg(format!("no weight {weight}")))?;
+        let absmax: Vec<f32> = base.abs()?.max(1)?.to_vec1()?;
+        tensors.push(AdapterTensor {
+            name: format!("{weight}.absmax"),
+            shape: vec![absmax.len()],
+            values: absmax,
+        });
+    }
+    Ok(tensors)
 }
 
 /// Writes the encoder directory `options.out`: the original's files, `vars` in place of their
@@ -365,7 +382,7 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         Training::LowRank { scale, .. } => {
             write_adapter(
                 &options.out,
-                &adapter_tensors(&vars)?,
+                &adapter_tensors(&weights, &vars)?,
                 scale,
                 &weights_sha256(&weights_bytes),
             )
@@ -475,7 +492,7 @@ mod tests {
             }
         }
         let file = tempfile::NamedTempFile::new().unwrap();
-        let tensors = adapter_tensors(&vars).unwrap();
+        let tensors = adapter_tensors(&weights, &vars).unwrap();
         write_adapter(file.path(), &tensors, 2.0, "base").unwrap();
         let mut merged = weights.clone();
         crate::inference::merge_adapter(file.path(), &mut merged, "base").unwrap();

@@ -1,0 +1,162 @@
+//! The parts of an ONNX model an adapter needs: its initializers (the tensors the file holds, by
+//! name) and where each dense weight of the encoder is, read from the graph with a subset of
+//! `onnx.proto` (every other field is skipped). Decoded from [`Bytes`], a tensor's data is a slice
+//! of the file itself, so its place in the file is known.
+
+use bytes::Bytes;
+use std::collections::HashMap;
+
+/// ONNX `TensorProto.DataType` values read here.
+pub(super) const FLOAT: i32 = 1;
+pub(super) const INT8: i32 = 3;
+
+/// The parts of an ONNX model file read here (fields of `onnx.proto`; the rest is skipped).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ModelProto {
+    #[prost(message, optional, tag = "7")]
+    pub(super) graph: Option<GraphProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct GraphProto {
+    #[prost(message, repeated, tag = "1")]
+    pub(super) node: Vec<NodeProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub(super) initializer: Vec<TensorProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct NodeProto {
+    #[prost(string, repeated, tag = "1")]
+    pub(super) input: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    pub(super) output: Vec<String>,
+    #[prost(string, tag = "4")]
+    pub(super) op_type: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct TensorProto {
+    #[prost(int64, repeated, tag = "1")]
+    pub(super) dims: Vec<i64>,
+    #[prost(int32, tag = "2")]
+    pub(super) data_type: i32,
+    #[prost(string, tag = "8")]
+    pub(super) name: String,
+    #[prost(bytes = "bytes", tag = "9")]
+    pub(super) raw_data: Bytes,
+}
+
+/// Where a dense weight (out × in in the adapter) lives in the graph, transposed (in × out).
+pub(super) enum Stored<'a> {
+    F32(&'a TensorProto),
+    Int8 {
+        values: &'a TensorProto,
+        scales: &'a TensorProto,
+    },
+}
+
+/// The entry of `map` for the adapter's `name`: the same name, or one ending in `.name` (an
+/// exporter's prefix such as `inner.`), when exactly one does.
+pub(super) fn named<'a, K, T>(map: &'a HashMap<K, T>, name: &str) -> Option<&'a T>
+where
+    K: std::borrow::Borrow<str> + std::hash::Hash + Eq,
+{
+    if let Some(found) = map.get(name) {
+        return Some(found);
+    }
+    let suffix = format!(".{name}");
+    let mut found = map
+        .iter()
+        .filter(|(key, _)| (*key).borrow().ends_with(&suffix));
+    match (found.next(), found.next()) {
+        (Some((_, value)), None) => Some(value),
+        _ => None,
+    }
+}
+
+/// The graph's dense weights by name (`….weight`, from the bias added to their product).
+pub(super) fn dense_weights<'a>(
+    graph: &'a GraphProto,
+    initializers: &HashMap<&str, &'a TensorProto>,
+) -> HashMap<String, Stored<'a>> {
+    let producer: HashMap<&str, &NodeProto> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
+        .collect();
+    let int8 = |name: &str| {
+        let cast = producer.get(name).filter(|n| n.op_type == "Cast")?;
+        initializers
+            .get(cast.input.first()?.as_str())
+            .filter(|t| t.data_type == INT8)
+            .copied()
+    };
+    let stored = |name: &str| -> Option<Stored<'a>> {
+        if let Some(t) = initializers.get(name).filter(|t| t.data_type == FLOAT) {
+            return Some(Stored::F32(t));
+        }
+        let mul = producer.get(name).filter(|n| n.op_type == "Mul")?;
+        let [a, b] = mul.input.as_slice() else {
+            return None;
+        };
+        let scales = |s: &str| {
+            initializers
+                .get(s)
+                .filter(|t| t.data_type == FLOAT)
+                .copied()
+        };
+        match (int8(a), scales(b), int8(b), scales(a)) {
+            (Some(values), Some(scales), ..) | (_, _, Some(values), Some(scales)) => {
+                Some(Stored::Int8 { values, scales })
+            }
+            _ => None,
+        }
+    };
+    let mut weights = HashMap::new();
+    for matmul in graph.node.iter().filter(|n| n.op_type == "MatMul") {
+        let (Some(b), Some(product)) = (matmul.input.get(1), matmul.output.first()) else {
+            continue;
+        };
+        let Some(weight) = stored(b) else { continue };
+        let bias = graph
+            .node
+            .iter()
+            .filter(|n| n.op_type == "Add" && n.input.contains(product))
+            .flat_map(|n| n.input.iter())
+            .find_map(|i| {
+                i.strip_suffix(".bias")
+                    .filter(|_| initializers.contains_key(i.as_str()))
+            });
+        if let Some(layer) = bias {
+            weights.insert(format!("{layer}.weight"), weight);
+        }
+    }
+    weights
+}
+
+/// The dimensions of `t`.
+pub(super) fn shape(t: &TensorProto) -> Vec<usize> {
+    t.dims.iter().map(|&d| d.max(0) as usize).collect()
+}
+
+/// `(rows, columns)` of a two-dimensional `t` whose raw data holds every value.
+pub(super) fn matrix(t: &TensorProto) -> Result<(usize, usize), String> {
+    let width = if t.data_type == INT8 { 1 } else { 4 };
+    match shape(t).as_slice() {
+        &[rows, columns] if t.raw_data.len() == rows * columns * width => Ok((rows, columns)),
+        dims => Err(format!(
+            "{} is {dims:?} with {} bytes of data, not a matrix held in raw data",
+            t.name,
+            t.raw_data.len()
+        )),
+    }
+}
+
+/// The f32 values of `t`, from its raw data.
+pub(super) fn f32s(t: &TensorProto) -> Result<Vec<f32>, String> {
+    if t.data_type != FLOAT || t.raw_data.len() % 4 != 0 {
+        return Err(format!("{} is not f32 held in raw data", t.name));
+    }
+    Ok(super::f32s_from_le(&t.raw_data))
+}
