@@ -36,8 +36,8 @@ callgrind() { # NAME COMMAND...: COMMAND under callgrind, its output files $RUN/
   shift
   exec valgrind --tool=callgrind --callgrind-out-file="$RUN/$name.%p" "$@"
 }
-envoy() {
-  "$MOM_ENVOY_BIN" -c "$ENVOY_CONFIG" --disable-hot-restart --concurrency 1 -l error
+envoy() { # replaces the (background) shell it runs in, so $! is Envoy's pid
+  exec "$MOM_ENVOY_BIN" -c "$ENVOY_CONFIG" --disable-hot-restart --concurrency 1 -l error
 }
 
 routes() { # true once a chat request comes back 200 through Envoy and the server
@@ -61,6 +61,7 @@ count() { # NAME COMMAND...: instructions per request of the counted process
     envoy >/dev/null 2>"$RUN/envoy-$name.log" &
     other=$!
   fi
+  PIDS+=("$counted" "$other")
   for _ in $(seq 1 600); do routes && break; sleep 0.2; done
   routes || die "$name did not start routing (see $RUN/$name.log)"
   "$BIN/examples/loadgen" 100 1 "warm=$URL" >/dev/null
