@@ -1,5 +1,5 @@
-//! Raw encoder cost, Candle (fp32, as fetched and with the shipped low-rank adapter merged in)
-//! vs ONNX Runtime (int8), at batch 1, 8 and 32 for 64- and 256-token inputs. Needs
+//! Raw encoder cost, Candle (fp32) vs ONNX Runtime (int8), each as fetched and with the shipped
+//! low-rank adapter applied, at batch 1, 8 and 32 for 64- and 256-token inputs. Needs
 //! `./scripts/fetch-models.sh`. `cargo bench --bench encoder`.
 //!
 //! A process loads one ONNX Runtime library. `MOM_BENCH_OPENVINO=1` loads the OpenVINO build

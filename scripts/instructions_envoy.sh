@@ -36,9 +36,7 @@ callgrind() { # NAME COMMAND...: COMMAND under callgrind, its output files $RUN/
   shift
   exec valgrind --tool=callgrind --callgrind-out-file="$RUN/$name.%p" "$@"
 }
-envoy() { # replaces the (background) shell it runs in, so $! is Envoy's pid
-  exec "$MOM_ENVOY_BIN" -c "$ENVOY_CONFIG" --disable-hot-restart --concurrency 1 -l error
-}
+ENVOY=("$MOM_ENVOY_BIN" -c "$ENVOY_CONFIG" --disable-hot-restart --concurrency 1 -l error)
 
 routes() { # true once a chat request comes back 200 through Envoy and the server
   [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL" -H 'content-type: application/json' \
@@ -46,19 +44,20 @@ routes() { # true once a chat request comes back 200 through Envoy and the serve
 }
 
 count() { # NAME COMMAND...: instructions per request of the counted process
-  local name=$1 server counted other=
+  local name=$1 counted other
   shift
+  # count runs in $( ), a subshell: its own trap stops what it starts, even when it dies.
+  stop_on_exit
   if [ "${COUNT_ENVOY:-0}" = 1 ]; then
     "$@" >"$RUN/$name.log" 2>&1 &
     other=$!
-    (callgrind "envoy-$name" "$MOM_ENVOY_BIN" -c "$ENVOY_CONFIG" --disable-hot-restart \
-      --concurrency 1 -l error) >/dev/null 2>"$RUN/envoy-$name.log" &
+    (callgrind "envoy-$name" "${ENVOY[@]}") >/dev/null 2>"$RUN/envoy-$name.log" &
     counted=$!
     name=envoy-$name
   else
     (callgrind "$name" "$@") >"$RUN/$name.log" 2>&1 &
     counted=$!
-    envoy >/dev/null 2>"$RUN/envoy-$name.log" &
+    "${ENVOY[@]}" >/dev/null 2>"$RUN/envoy-$name.log" &
     other=$!
   fi
   PIDS+=("$counted" "$other")

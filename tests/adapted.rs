@@ -83,9 +83,9 @@ fn the_adapted_example_routes_clear_subjects_and_abstains_on_unclear_ones() {
     assert_eq!(vague["model"], "gemma3-270m");
 }
 
-/// The adapter applied to the int8 ONNX export (its tensors handed to ONNX Runtime in place of
-/// the file's, int8 weights quantized again) embeds as Candle does with the adapter merged into
-/// the fp32 weights, and not as either encoder without it.
+/// The adapter applied to the int8 ONNX export (the adapted tensors written into a copy of the
+/// model file, int8 weights quantized again) embeds as Candle does with the adapter merged into
+/// the fp32 weights, and not as the encoder without it.
 #[test]
 fn the_adapter_on_onnx_runtime_embeds_as_on_candle() {
     let adapter = support::repo().join("heads/minilm-adapter.safetensors");
@@ -95,23 +95,11 @@ fn the_adapter_on_onnx_runtime_embeds_as_on_candle() {
         inference::load(&spec).unwrap().encode(&TEXTS).unwrap()
     };
     let onnx = |adapter: Option<std::path::PathBuf>| {
-        let Backend::Onnx {
-            model,
-            runtime_library,
-            providers,
-            require_first,
-            ..
-        } = onnx_on("onnxruntime/libonnxruntime.so", &["cpu"], true).backend
-        else {
-            unreachable!("onnx_on names backend onnx");
-        };
-        Backend::Onnx {
-            model,
-            runtime_library,
-            providers,
-            require_first,
-            adapter,
+        let mut backend = onnx_on("onnxruntime/libonnxruntime.so", &["cpu"], true).backend;
+        if let Backend::Onnx { adapter: slot, .. } = &mut backend {
+            *slot = adapter;
         }
+        backend
     };
     let candle = |adapter: Option<std::path::PathBuf>| Backend::Candle {
         devices: vec!["cpu".to_owned()],

@@ -168,15 +168,15 @@ fn layers_outside_the_encoder_are_refused() {
 }
 
 #[test]
-fn an_adapter_is_refused_on_other_weights_on_either_backend() {
+fn an_adapter_trained_on_other_weights_is_refused_on_candle() {
     let semantic = support::sidecar::semantic_config();
     let dir = tempfile::tempdir().unwrap();
     let adapter = dir.path().join("other.safetensors");
-    let tensors = [AdapterTensor {
-        name: "encoder.layer.5.output.LayerNorm.bias".to_owned(),
-        shape: vec![384],
-        values: vec![0.0; 384],
-    }];
+    let tensors = [AdapterTensor::new(
+        "encoder.layer.5.output.LayerNorm.bias",
+        vec![384],
+        vec![0.0; 384],
+    )];
     write_adapter(&adapter, &tensors, 1.0, "0123").unwrap();
     let candle = semantic.replace(
         "    backend: candle\n",
@@ -199,23 +199,15 @@ fn an_adapter_on_onnx_must_record_the_weights_it_was_trained_on() {
     let weight = "encoder.layer.5.attention.self.query.weight";
     let pair = |absmax: Option<f32>| {
         let mut tensors = vec![
-            AdapterTensor {
-                name: format!("{weight}.down"),
-                shape: vec![1, 384],
-                values: vec![0.0; 384],
-            },
-            AdapterTensor {
-                name: format!("{weight}.up"),
-                shape: vec![384, 1],
-                values: vec![0.0; 384],
-            },
+            AdapterTensor::new(format!("{weight}.down"), vec![1, 384], vec![0.0; 384]),
+            AdapterTensor::new(format!("{weight}.up"), vec![384, 1], vec![0.0; 384]),
         ];
         if let Some(absmax) = absmax {
-            tensors.push(AdapterTensor {
-                name: format!("{weight}.absmax"),
-                shape: vec![384],
-                values: vec![absmax; 384],
-            });
+            tensors.push(AdapterTensor::new(
+                format!("{weight}.absmax"),
+                vec![384],
+                vec![absmax; 384],
+            ));
         }
         let path = dir.path().join(format!("adapter-{absmax:?}.safetensors"));
         write_adapter(&path, &tensors, 1.0, "0123").unwrap();

@@ -9,9 +9,9 @@
 //! format, the scale and the SHA-256 of the encoder weights it was trained on; another encoder
 //! is refused.
 
+use super::head::HeadError;
+use super::head_file::{write_f32_tensors, HeadFile};
 use candle_core::{Device, Tensor};
-use safetensors::tensor::{Dtype, TensorView};
-use safetensors::SafeTensors;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -40,6 +40,17 @@ pub struct AdapterTensor {
     pub values: Vec<f32>,
 }
 
+impl AdapterTensor {
+    /// A tensor called `name` of this shape and these values.
+    pub fn new(name: impl Into<String>, shape: Vec<usize>, values: Vec<f32>) -> Self {
+        Self {
+            name: name.into(),
+            shape,
+            values,
+        }
+    }
+}
+
 /// Writes an adapter for the encoder whose weights hash to `base_sha256`.
 pub fn write_adapter(
     path: &Path,
@@ -47,26 +58,22 @@ pub fn write_adapter(
     scale: f64,
     base_sha256: &str,
 ) -> Result<(), String> {
-    let bytes: Vec<Vec<u8>> = tensors
+    let buffers: Vec<_> = tensors
         .iter()
-        .map(|t| super::f32s_to_le(&t.values))
-        .collect();
-    let views = tensors
-        .iter()
-        .zip(&bytes)
-        .map(|(t, b)| {
-            TensorView::new(Dtype::F32, t.shape.clone(), b)
-                .map(|view| (t.name.clone(), view))
-                .map_err(|e| format!("{}: {e}", t.name))
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.shape.clone(),
+                super::f32s_to_le(&t.values),
+            )
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect();
     let info = HashMap::from([
         ("format".to_owned(), ADAPTER_FORMAT.to_owned()),
         ("scale".to_owned(), scale.to_string()),
         ("baseSha256".to_owned(), base_sha256.to_owned()),
     ]);
-    safetensors::serialize_to_file(views, Some(info), path)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    write_f32_tensors(path, &buffers, info).map_err(|e| e.to_string())
 }
 
 /// An adapter file, read and checked for its format.
@@ -105,74 +112,62 @@ impl Adapter {
 
 /// Reads the adapter at `path`.
 pub(crate) fn read_adapter(path: &Path) -> Result<Adapter, String> {
-    let at = |e: &dyn std::fmt::Display| format!("adapter {}: {e}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| at(&e))?;
-    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| at(&e))?;
-    let info = header.metadata().clone().unwrap_or_default();
-    let field = |key: &str| info.get(key).map(String::as_str).unwrap_or_default();
-    if field("format") != ADAPTER_FORMAT {
-        return Err(at(&format!(
-            "format {:?}, expected {ADAPTER_FORMAT}",
-            field("format")
-        )));
+    let at = |e: &dyn std::fmt::Display| format!("adapter {e}");
+    let bytes = std::fs::read(path).map_err(|e| at(&HeadError::new(path, e.to_string())))?;
+    let file = HeadFile::parse(path, &bytes, "adapter").map_err(|e| at(&e))?;
+    let format = file.field("format").map_err(|e| at(&e))?;
+    if format != ADAPTER_FORMAT {
+        return Err(at(
+            &file.error(format!("format {format:?}, expected {ADAPTER_FORMAT}"))
+        ));
     }
-    let scale: f64 = field("scale")
+    let scale = file.field("scale").map_err(|e| at(&e))?;
+    let scale: f64 = scale
         .parse()
-        .map_err(|_| at(&format!("scale {:?} is not a number", field("scale"))))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| at(&e))?;
+        .map_err(|_| at(&file.error(format!("scale {scale:?} is not a number"))))?;
     let mut tensors = HashMap::new();
-    for (name, view) in file.tensors() {
-        if view.dtype() != Dtype::F32 {
-            return Err(at(&format!("{name} is {:?}, not F32", view.dtype())));
-        }
-        let values = super::f32s_from_le(view.data());
-        let shape = view.shape().to_vec();
-        tensors.insert(
-            name.clone(),
-            AdapterTensor {
-                name,
-                shape,
-                values,
-            },
-        );
+    for name in file.names() {
+        let (shape, values) = file.f32(&name).map_err(|e| at(&e))?;
+        tensors.insert(name.clone(), AdapterTensor::new(name, shape, values));
     }
-    let mut names: Vec<String> = tensors.keys().cloned().collect();
-    names.sort();
+    // Each `NAME.down` takes its `NAME.up` and `NAME.absmax`; what is left replaces a tensor.
+    let mut downs: Vec<String> = tensors
+        .keys()
+        .filter_map(|name| name.strip_suffix(".down").map(str::to_owned))
+        .collect();
+    downs.sort();
     let mut changes = Vec::new();
-    for name in names {
-        let Some(tensor) = tensors.remove(&name) else {
-            continue;
+    for weight in downs {
+        let take = |tensors: &mut HashMap<String, AdapterTensor>, part: &str| {
+            tensors.remove(&format!("{weight}.{part}"))
         };
-        if let Some(weight) = name.strip_suffix(".down") {
-            let up = tensors
-                .remove(&format!("{weight}.up"))
-                .ok_or_else(|| at(&format!("{name} has no {weight}.up")))?;
-            let absmax = tensors
-                .remove(&format!("{weight}.absmax"))
-                .map(|t| t.values);
-            changes.push(Change::LowRank {
-                weight: weight.to_owned(),
-                up,
-                down: tensor,
-                absmax,
-            });
-        } else if let Some(weight) = name
-            .strip_suffix(".up")
-            .or_else(|| name.strip_suffix(".absmax"))
-        {
-            if !tensors.contains_key(&format!("{weight}.down")) {
-                return Err(at(&format!("{name} has no matching .down")));
-            }
-            // Taken with its `.down`, which sorts after it.
-            tensors.insert(name, tensor);
-        } else {
-            changes.push(Change::Replace(tensor));
+        let down = take(&mut tensors, "down");
+        let up = take(&mut tensors, "up");
+        let absmax = take(&mut tensors, "absmax").map(|t| t.values);
+        let (Some(down), Some(up)) = (down, up) else {
+            return Err(at(&file.error(format!("{weight}.down has no {weight}.up"))));
+        };
+        changes.push(Change::LowRank {
+            weight,
+            up,
+            down,
+            absmax,
+        });
+    }
+    let mut rest: Vec<AdapterTensor> = tensors.into_values().collect();
+    rest.sort_by(|a, b| a.name.cmp(&b.name));
+    for tensor in rest {
+        if tensor.name.ends_with(".up") || tensor.name.ends_with(".absmax") {
+            return Err(at(
+                &file.error(format!("{} has no matching .down", tensor.name))
+            ));
         }
+        changes.push(Change::Replace(tensor));
     }
     Ok(Adapter {
         path: path.to_owned(),
         scale,
-        base_sha256: field("baseSha256").to_owned(),
+        base_sha256: file.field("baseSha256").map_err(|e| at(&e))?,
         changes,
     })
 }
@@ -256,14 +251,6 @@ mod tests {
         Tensor::from_slice(values, shape, &Device::Cpu).unwrap()
     }
 
-    fn part(name: &str, shape: Vec<usize>, values: Vec<f32>) -> AdapterTensor {
-        AdapterTensor {
-            name: name.to_owned(),
-            shape,
-            values,
-        }
-    }
-
     fn adapter(dir: &Path, tensors: &[AdapterTensor], base: &str) -> std::path::PathBuf {
         let path = dir.join("adapter.safetensors");
         write_adapter(&path, tensors, 0.5, base).unwrap();
@@ -286,9 +273,9 @@ mod tests {
         let path = adapter(
             dir.path(),
             &[
-                part("w.down", vec![1, 2], vec![1.0, 2.0]),
-                part("w.up", vec![2, 1], vec![2.0, -2.0]),
-                part("b", vec![2], vec![0.25, -0.5]),
+                AdapterTensor::new("w.down", vec![1, 2], vec![1.0, 2.0]),
+                AdapterTensor::new("w.up", vec![2, 1], vec![2.0, -2.0]),
+                AdapterTensor::new("b", vec![2], vec![0.25, -0.5]),
             ],
             "abc",
         );
@@ -305,8 +292,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pair = |up: usize| {
             vec![
-                part("w.down", vec![1, 2], vec![1.0, 2.0]),
-                part("w.up", vec![up, 1], vec![1.0; up]),
+                AdapterTensor::new("w.down", vec![1, 2], vec![1.0, 2.0]),
+                AdapterTensor::new("w.up", vec![up, 1], vec![1.0; up]),
             ]
         };
         let path = adapter(dir.path(), &pair(2), "abc");
@@ -320,12 +307,12 @@ mod tests {
             "{error}"
         );
 
-        let stray = [part("x", vec![1], vec![1.0])];
+        let stray = [AdapterTensor::new("x", vec![1], vec![1.0])];
         let path = adapter(dir.path(), &stray, "abc");
         let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
         assert!(error.contains("the encoder has no tensor x"), "{error}");
 
-        let alone = [part("w.up", vec![2, 1], vec![1.0; 2])];
+        let alone = [AdapterTensor::new("w.up", vec![2, 1], vec![1.0; 2])];
         let path = adapter(dir.path(), &alone, "abc");
         let error = merge_adapter(&path, &mut base(), "abc").unwrap_err();
         assert!(error.contains("w.up has no matching .down"), "{error}");

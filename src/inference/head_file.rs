@@ -57,6 +57,15 @@ impl<'a> HeadFile<'a> {
             .map_err(|e| self.error(format!("metadata {key}: {e}")))
     }
 
+    /// The names of the file's tensors.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.tensors
+            .names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Whether the file holds a tensor called `name`.
     pub(crate) fn has(&self, name: &str) -> bool {
         self.tensors.names().contains(&name)

@@ -84,7 +84,7 @@ pub enum Backend {
         providers: Vec<String>,
         /// Fail instead of falling back when the first provider cannot load.
         require_first: bool,
-        /// A low-rank adapter whose tensors take the place of the model's on load.
+        /// A low-rank adapter applied on load (written into a copy of the model file).
         adapter: Option<PathBuf>,
     },
 }

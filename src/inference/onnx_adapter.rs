@@ -225,7 +225,7 @@ fn column_absmax(values: &[f32], outs: usize) -> Vec<f32> {
 mod tests {
     use super::super::onnx_graph::{GraphProto, NodeProto, INT8};
     use super::*;
-    use crate::inference::write_adapter;
+    use crate::inference::{f32s_to_le, write_adapter};
 
     fn tensor(name: &str, dims: &[i64], data_type: i32, raw_data: Vec<u8>) -> TensorProto {
         TensorProto {
@@ -254,15 +254,11 @@ mod tests {
         }
     }
 
-    fn f32_bytes(values: &[f32]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    }
-
     /// A layer as an exporter writes it, `x · W + b` with W (2 in × 3 out) either int8 with
     /// one scale per output or f32, and the bias named `inner.l.q.bias`.
     fn model(dir: &Path, int8: bool) -> std::path::PathBuf {
         // W = [[1, -2, 0.5], [-1, 4, 0.25]] (in × out): column maxima 1, 4, 0.5.
-        let mut initializer = vec![tensor("inner.l.q.bias", &[3], FLOAT, f32_bytes(&[0.0; 3]))];
+        let mut initializer = vec![tensor("inner.l.q.bias", &[3], FLOAT, f32s_to_le(&[0.0; 3]))];
         let mut nodes = Vec::new();
         if int8 {
             let scale = [1.0 / 127.0, 4.0 / 127.0, 0.5 / 127.0];
@@ -273,12 +269,12 @@ mod tests {
                 INT8,
                 q.iter().map(|v| *v as u8).collect(),
             ));
-            initializer.push(tensor("w_scale", &[1, 3], FLOAT, f32_bytes(&scale)));
+            initializer.push(tensor("w_scale", &[1, 3], FLOAT, f32s_to_le(&scale)));
             nodes.push(node("Cast", &["w_q"], "w_f"));
             nodes.push(node("Mul", &["w_f", "w_scale"], "w"));
         } else {
             let w = [1.0, -2.0, 0.5, -1.0, 4.0, 0.25];
-            initializer.push(tensor("w", &[2, 3], FLOAT, f32_bytes(&w)));
+            initializer.push(tensor("w", &[2, 3], FLOAT, f32s_to_le(&w)));
         }
         nodes.push(node("MatMul", &["x", "w"], "xw"));
         nodes.push(node("Add", &["xw", "inner.l.q.bias"], "y"));
@@ -293,27 +289,19 @@ mod tests {
         path
     }
 
-    fn part(name: &str, shape: Vec<usize>, values: Vec<f32>) -> AdapterTensor {
-        AdapterTensor {
-            name: name.to_owned(),
-            shape,
-            values,
-        }
-    }
-
     /// An adapter of `l.q.weight` (out × in = 3 × 2, rank 1, scale 0.5) adding 0.5 to its
     /// (out 0, in 0), and a new bias; `extra` is one more tensor to replace.
     fn adapter(dir: &Path, absmax: Option<Vec<f32>>, extra: Option<&str>) -> std::path::PathBuf {
         let mut tensors = vec![
-            part("l.q.weight.down", vec![1, 2], vec![1.0, 0.0]),
-            part("l.q.weight.up", vec![3, 1], vec![1.0, 0.0, 0.0]),
-            part("l.q.bias", vec![3], vec![0.1, 0.2, 0.3]),
+            AdapterTensor::new("l.q.weight.down", vec![1, 2], vec![1.0, 0.0]),
+            AdapterTensor::new("l.q.weight.up", vec![3, 1], vec![1.0, 0.0, 0.0]),
+            AdapterTensor::new("l.q.bias", vec![3], vec![0.1, 0.2, 0.3]),
         ];
         if let Some(absmax) = absmax {
-            tensors.push(part("l.q.weight.absmax", vec![3], absmax));
+            tensors.push(AdapterTensor::new("l.q.weight.absmax", vec![3], absmax));
         }
         if let Some(extra) = extra {
-            tensors.push(part(extra, vec![3], vec![0.0; 3]));
+            tensors.push(AdapterTensor::new(extra, vec![3], vec![0.0; 3]));
         }
         let path = dir.join("adapter.safetensors");
         write_adapter(&path, &tensors, 0.5, "sha").unwrap();
@@ -390,7 +378,7 @@ mod tests {
         };
         let q: Vec<i8> = data("w_q").iter().map(|b| *b as i8).collect();
         assert_eq!(q, vec![127, -64, 127, -85, 127, 64]);
-        assert_eq!(data("inner.l.q.bias"), f32_bytes(&[0.1, 0.2, 0.3]));
+        assert_eq!(data("inner.l.q.bias"), f32s_to_le(&[0.1, 0.2, 0.3]));
         let changed = original
             .iter()
             .zip(&patched)

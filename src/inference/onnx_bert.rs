@@ -27,10 +27,10 @@ impl OnnxBert {
         threads: usize,
         tokenizer: TextTokenizer,
     ) -> Result<Self, InferenceError> {
-        let patched = match adapter {
-            None => None,
-            Some(adapter) => Some(adapted_model(model, adapter).map_err(InferenceError::Load)?),
-        };
+        let patched = adapter
+            .map(|adapter| adapted_model(model, adapter))
+            .transpose()
+            .map_err(InferenceError::Load)?;
         let (session, mut described) = open_session(
             model,
             library,

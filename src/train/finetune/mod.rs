@@ -210,11 +210,11 @@ fn adapter_tensors(
     let mut tensors = Vec::with_capacity(vars.len() * 2);
     for (name, var) in vars {
         let tensor = var.as_tensor();
-        tensors.push(AdapterTensor {
-            name: name.clone(),
-            shape: tensor.dims().to_vec(),
-            values: tensor.flatten_all()?.to_vec1()?,
-        });
+        tensors.push(AdapterTensor::new(
+            name.clone(),
+            tensor.dims().to_vec(),
+            tensor.flatten_all()?.to_vec1()?,
+        ));
         let Some(weight) = name.strip_suffix(".down") else {
             continue;
         };
@@ -222,11 +222,11 @@ fn adapter_tensors(
             .get(weight)
             .ok_or_else(|| candle_core::Error::Msg(format!("no weight {weight}")))?;
         let absmax: Vec<f32> = base.abs()?.max(1)?.to_vec1()?;
-        tensors.push(AdapterTensor {
-            name: format!("{weight}.absmax"),
-            shape: vec![absmax.len()],
-            values: absmax,
-        });
+        tensors.push(AdapterTensor::new(
+            format!("{weight}.absmax"),
+            vec![absmax.len()],
+            absmax,
+        ));
     }
     Ok(tensors)
 }
