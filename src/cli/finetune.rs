@@ -1,6 +1,6 @@
 //! `mom-router finetune`: arguments and report.
 
-use crate::train::{self, FinetuneOptions};
+use crate::train::{self, FinetuneOptions, FinetuneTask};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,9 +11,14 @@ pub struct FinetuneArgs {
     /// The encoder directory (`config.json`, `model.safetensors`, `tokenizer.json`).
     #[arg(long)]
     encoder: PathBuf,
-    /// Labelled examples, JSON Lines with `text` and `label`.
+    /// Labelled examples, JSON Lines with `text` and `label`: one task, with a training head of
+    /// its own. Given more than once (with `--windowed`), the tasks train the same layers.
     #[arg(long)]
-    data: PathBuf,
+    data: Vec<PathBuf>,
+    /// A task whose examples are read in overlapping word windows, as the jailbreak signal
+    /// scans (each window with its example's label; a held-out example scored by its windows).
+    #[arg(long)]
+    windowed: Vec<PathBuf>,
     /// Output: an encoder directory (created; the same files, the trained layers' weights
     /// changed), or with `--rank` the adapter file.
     #[arg(long)]
@@ -57,9 +62,18 @@ pub struct FinetuneArgs {
 
 /// Runs `finetune`.
 pub fn run(args: &FinetuneArgs) -> ExitCode {
+    let whole = args.data.iter().map(|data| (data, false));
+    let windowed = args.windowed.iter().map(|data| (data, true));
+    let tasks = whole
+        .chain(windowed)
+        .map(|(data, windowed)| FinetuneTask {
+            data: data.clone(),
+            windowed,
+        })
+        .collect();
     let options = FinetuneOptions {
         encoder: args.encoder.clone(),
-        data: args.data.clone(),
+        tasks,
         out: args.out.clone(),
         layers: args.layers,
         rank: args.rank,
@@ -76,16 +90,23 @@ pub fn run(args: &FinetuneArgs) -> ExitCode {
     match train::finetune(&options) {
         Ok(done) => {
             let losses: Vec<String> = done.losses.iter().map(|l| format!("{l:.4}")).collect();
-            super::write_stdout(&format!(
-                "wrote {}\ntrained on {} examples, loss by epoch {}\nheld out ({}%, {} examples): \
-                 training head accuracy {:.4}",
+            let mut report = format!(
+                "wrote {}\nloss by epoch {}",
                 options.out.display(),
-                done.trained,
-                losses.join(", "),
-                options.holdout,
-                done.held_out,
-                done.held_out_accuracy
-            ))
+                losses.join(", ")
+            );
+            for (task, score) in options.tasks.iter().zip(&done.tasks) {
+                report.push_str(&format!(
+                    "\n{}: trained on {} examples; held out ({}%, {} examples): training head \
+                     accuracy {:.4}",
+                    task.data.display(),
+                    score.trained,
+                    options.holdout,
+                    score.held_out,
+                    score.held_out_accuracy
+                ));
+            }
+            super::write_stdout(&report)
         }
         Err(e) => {
             eprintln!("mom-router finetune: {e:#}");

@@ -12,7 +12,7 @@ use crate::state::budgets::{Draw, Level, Slots};
 use crate::state::{Admit, StateStore};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A budget a request drew on, to correct once its usage is known.
@@ -45,8 +45,8 @@ pub struct Admission {
     /// mom-router asked the streamed answer for its usage: the client, who did not, does not
     /// get the usage chunk.
     pub strip_usage: bool,
-    /// What the request holds until every copy drops: its places among its tenant's requests
-    /// in flight, and whether its draws were settled.
+    /// What the request holds until it is settled or every copy drops: its places among its
+    /// tenant's requests in flight, and whether its draws were settled.
     held: Arc<Held>,
 }
 
@@ -59,14 +59,19 @@ impl PartialEq for Admission {
 /// What every copy of an admission shares.
 #[derive(Debug)]
 struct Held {
-    _slots: Slots,
+    slots: Mutex<Option<Slots>>,
     settled: AtomicBool,
 }
 
 impl Admission {
     /// Corrects the token budgets to `tokens` used (prompt and completion) and charges `cost`,
-    /// once for all the admission's copies; false when it was settled already.
+    /// once for all the admission's copies; false when it was settled already. The request's
+    /// answer is complete then, so its places among the requests in flight are given back now,
+    /// before the client has the answer's last bytes: a client that waits for one answer before
+    /// it asks again is never refused for a place its previous request still held.
     pub fn settle(&self, state: &StateStore, tokens: f64, cost: f64) -> bool {
+        let slots = self.held.slots.lock().ok().and_then(|mut held| held.take());
+        drop(slots);
         if self.held.settled.swap(true, Ordering::Relaxed) {
             return false;
         }
@@ -165,7 +170,7 @@ pub async fn admit(
         share,
         strip_usage,
         held: Arc::new(Held {
-            _slots: slots,
+            slots: Mutex::new(Some(slots)),
             settled: AtomicBool::new(false),
         }),
     }))
@@ -267,10 +272,13 @@ fn duration_text(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{duration_text, identify};
+    use super::{admit, duration_text, identify};
     use crate::config::compile_str;
+    use crate::config::tenants::LimitKind;
     use crate::engine::RouteError;
+    use crate::llm::ChatRequest;
     use crate::llm::Headers;
+    use crate::state::StateStore;
     use std::time::Duration;
 
     fn tenants(source: &str, default: &str) -> crate::config::Snapshot {
@@ -327,6 +335,46 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A request gives its place among its tenant's requests in flight back when it is settled
+    /// (its answer complete), not when the last copy of its admission drops: the next request of
+    /// a tenant allowed one at a time is let through while the exchange of the first still ends.
+    #[tokio::test]
+    async fn a_settled_request_gives_its_place_in_flight_back() {
+        let snapshot = compile_str(
+            "models: [{ name: m, providerModel: m }]\nidentities: [{ name: mom/auto, defaultModel: m }]\n\
+             tenants:\n  identifyBy: header\n  header: X-Tenant\n  \
+             list: [{ name: alpha, limits: [{ concurrentRequests: 1 }] }]\n",
+        )
+        .unwrap();
+        let state = StateStore::new(snapshot.state.clone());
+        let headers = header("x-tenant", "alpha");
+        let admit_one = || async {
+            let mut request = ChatRequest::parse(
+                br#"{"model":"mom/auto","messages":[{"role":"user","content":"hi"}]}"#,
+            )
+            .unwrap();
+            admit(&snapshot, &state, &headers, &mut request).await
+        };
+        let first = admit_one().await.unwrap().unwrap();
+        assert!(
+            matches!(
+                admit_one().await,
+                Err(RouteError::RateLimited {
+                    limit: LimitKind::ConcurrentRequests,
+                    ..
+                })
+            ),
+            "one at a time"
+        );
+        assert!(first.settle(&state, 12.0, 0.0));
+        let second = admit_one().await.unwrap().unwrap();
+        // Settling again gives back nothing more and charges nothing twice.
+        assert!(!first.settle(&state, 12.0, 0.0));
+        assert!(admit_one().await.is_err(), "the second holds the place");
+        drop(second);
+        assert!(admit_one().await.unwrap().is_some());
     }
 
     #[test]

@@ -2,31 +2,47 @@
 //! its embedding separates the labels a head reads, where the frozen encoder only offers what it
 //! learned elsewhere. The lower layers stay frozen: each example's hidden states below the
 //! trained layers are computed once, and every epoch runs only the top layers, mean pooling,
-//! L2 normalisation (as the served encoder pools) and a linear head forward and backward. The
-//! result is an encoder directory the Candle backend loads like the original (its heads are
-//! then fitted on it by `mom-router train`); the examples' held-out share (by text hash, as
-//! `train` splits) is never trained on.
+//! L2 normalisation (as the served encoder pools) and a linear head forward and backward. Several
+//! tasks (one labelled set each, with a training head of its own) train the same layers, so one
+//! forward of the result serves every head fitted on it. The result is an encoder directory the
+//! Candle backend loads like the original, or a low-rank adapter either backend applies (its
+//! heads are then fitted on it by `mom-router train`); each set's held-out share (by text hash,
+//! as `train` splits) is never trained on.
 
 mod layer;
+mod states;
 
 use layer::{additive_mask, parse_weights, write_weights, TrainableLayer, Training, Weights};
+use states::{batches, lower_all, lower_model, padded, shuffled, Lower};
 
 use super::data::{is_held_out, label_set, read_examples};
 use crate::inference::tokenize::TextTokenizer;
 use crate::inference::{weights_sha256, write_adapter, AdapterTensor};
+use crate::signals::text::windows;
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, Var, D};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_transformers::models::bert::Config;
 use std::path::{Path, PathBuf};
+
+/// One labelled set the encoder is trained for, with a training head of its own.
+#[derive(Debug, Clone)]
+pub struct FinetuneTask {
+    /// Labelled examples (JSON Lines: `text`, `label`).
+    pub data: PathBuf,
+    /// Each example read in overlapping word windows, as the jailbreak signal scans, each window
+    /// with the example's label; a held-out example is scored by its windows' largest
+    /// probabilities.
+    pub windowed: bool,
+}
 
 /// What `mom-router finetune` trains.
 #[derive(Debug, Clone)]
 pub struct FinetuneOptions {
     /// The encoder: `config.json`, `model.safetensors` and `tokenizer.json`.
     pub encoder: PathBuf,
-    /// Labelled examples (JSON Lines: `text`, `label`).
-    pub data: PathBuf,
+    /// The tasks trained together (at least one).
+    pub tasks: Vec<FinetuneTask>,
     /// Where to write the trained encoder (a directory, created).
     pub out: PathBuf,
     /// How many of the top layers are trained.
@@ -42,82 +58,65 @@ pub struct FinetuneOptions {
     pub batch_size: usize,
     /// AdamW learning rate of the encoder's layers.
     pub learning_rate: f64,
-    /// AdamW learning rate of the training head.
+    /// AdamW learning rate of the training heads.
     pub head_learning_rate: f64,
     /// Inputs are truncated to this many tokens.
     pub max_tokens: usize,
     /// Percentage of examples held out (by text hash) and scored, never trained on.
     pub holdout: u32,
-    /// Train on at most this many examples (a seeded choice), for a quicker run.
+    /// Train on at most this many examples of each task (a seeded choice), for a quicker run.
     pub limit: Option<usize>,
     /// Seed of the choice and of the order of the batches.
     pub seed: u64,
 }
 
-/// What a fine-tuning run measured.
+/// What a fine-tuning run measured on one task.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Finetuned {
+pub struct TaskScore {
     /// Examples trained on.
     pub trained: usize,
     /// Held-out examples scored.
     pub held_out: usize,
-    /// Mean training loss of each epoch.
-    pub losses: Vec<f64>,
-    /// The training head's accuracy on the held-out examples after training.
+    /// The task's training head's accuracy on its held-out examples after training.
     pub held_out_accuracy: f64,
 }
 
-/// One example's hidden states below the trained layers (tokens × width) and its label.
-struct Lower {
-    states: Tensor,
-    label: u32,
+/// What a fine-tuning run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finetuned {
+    /// Each task's scores, in the order given.
+    pub tasks: Vec<TaskScore>,
+    /// Mean training loss of each epoch (over every task's batches).
+    pub losses: Vec<f64>,
 }
 
-/// The frozen lower layers: the same weights read as a model of fewer layers.
-fn lower_model(weights: &Weights, config: &Config, trained: usize) -> anyhow::Result<BertModel> {
-    let mut lower = config.clone();
-    lower.num_hidden_layers = config.num_hidden_layers - trained;
-    let vb = VarBuilder::from_tensors(weights.clone(), DType::F32, &Device::Cpu);
-    Ok(BertModel::load(vb, &lower)?)
+/// One task's inputs below the trained layers, its labels, and how many examples each side has.
+struct TaskInputs {
+    labels: usize,
+    train: Vec<Lower>,
+    held: Vec<Lower>,
+    trained: usize,
+    held_out: usize,
 }
 
-/// The lower hidden states of `texts`, one tensor per text (its own tokens only).
-fn lower_states(
-    model: &BertModel,
-    tokenizer: &TextTokenizer,
-    texts: &[&str],
-) -> anyhow::Result<Vec<Tensor>> {
-    let batch = tokenizer.batch(texts)?;
-    let shape = (batch.batch, batch.tokens);
-    let ids = Tensor::from_vec(batch.ids.clone(), shape, &Device::Cpu)?;
-    let type_ids = Tensor::from_vec(batch.type_ids.clone(), shape, &Device::Cpu)?;
-    let mask = Tensor::from_vec(batch.mask.clone(), shape, &Device::Cpu)?;
-    let hidden = model.forward(&ids, &type_ids, Some(&mask))?;
-    (0..batch.batch)
-        .map(|i| {
-            let row = &batch.mask[i * batch.tokens..(i + 1) * batch.tokens];
-            let length = row.iter().filter(|&&m| m == 1).count().max(1);
-            Ok(hidden.get(i)?.narrow(0, 0, length)?.contiguous()?)
-        })
-        .collect()
+/// The trained top layers with one training head per task.
+struct Top {
+    layers: Vec<TrainableLayer>,
+    heads: Vec<(Var, Var)>,
 }
 
-/// Pads `examples`' states into one batch: states (batch × tokens × width) and mask (batch ×
-/// tokens).
-fn padded(examples: &[&Lower]) -> candle_core::Result<(Tensor, Tensor)> {
-    let tokens = examples
-        .iter()
-        .map(|e| e.states.dim(0))
-        .collect::<candle_core::Result<Vec<_>>>()?;
-    let longest = tokens.iter().copied().max().unwrap_or(1);
-    let mut states = Vec::with_capacity(examples.len());
-    let mut mask = Vec::with_capacity(examples.len() * longest);
-    for (example, &length) in examples.iter().zip(&tokens) {
-        states.push(example.states.pad_with_zeros(0, 0, longest - length)?);
-        mask.extend((0..longest).map(|t| u8::from(t < length)));
+impl Top {
+    fn logits(&self, task: usize, states: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let additive = additive_mask(mask)?;
+        let mut hidden = states.clone();
+        for layer in &self.layers {
+            hidden = layer.forward(&hidden, &additive)?;
+        }
+        let (weight, bias) = &self.heads[task];
+        pooled(&hidden, mask)?
+            .matmul(&weight.t()?)?
+            .broadcast_add(bias.as_tensor())
     }
-    let mask = Tensor::from_vec(mask, (examples.len(), longest), &Device::Cpu)?;
-    Ok((Tensor::stack(&states, 0)?, mask))
 }
 
 /// The pooled, L2-normalised embedding of `hidden` under `mask`, as the served encoder pools.
@@ -129,68 +128,37 @@ fn pooled(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
     mean.broadcast_div(&(norm + 1e-12)?)
 }
 
-/// The trained top layers with the training head.
-struct Top {
-    layers: Vec<TrainableLayer>,
-    head_weight: Var,
-    head_bias: Var,
-}
-
-impl Top {
-    fn logits(&self, states: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
-        let additive = additive_mask(mask)?;
-        let mut hidden = states.clone();
-        for layer in &self.layers {
-            hidden = layer.forward(&hidden, &additive)?;
-        }
-        pooled(&hidden, mask)?
-            .matmul(&self.head_weight.t()?)?
-            .broadcast_add(self.head_bias.as_tensor())
-    }
-}
-
-/// A seeded order (xorshift), so a run repeats.
-fn shuffled<T>(items: &mut [T], seed: u64) {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for i in (1..items.len()).rev() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        items.swap(i, (state % (i as u64 + 1)) as usize);
-    }
-}
-
-/// Batches of similar length (less padding), in a seeded order.
-fn batches(examples: &[Lower], size: usize, seed: u64) -> candle_core::Result<Vec<Vec<usize>>> {
-    let mut order: Vec<(usize, usize)> = examples
-        .iter()
-        .enumerate()
-        .map(|(i, e)| Ok((e.states.dim(0)?, i)))
-        .collect::<candle_core::Result<_>>()?;
-    shuffled(&mut order, seed);
-    order.sort_by_key(|&(length, _)| length);
-    let mut batches: Vec<Vec<usize>> = order
-        .chunks(size.max(1))
-        .map(|chunk| chunk.iter().map(|&(_, i)| i).collect())
-        .collect();
-    shuffled(&mut batches, seed.wrapping_add(1));
-    Ok(batches)
-}
-
-/// Held-out accuracy of the training head.
-fn accuracy(top: &Top, examples: &[Lower], size: usize) -> anyhow::Result<f64> {
-    let mut right = 0usize;
-    for chunk in examples.chunks(size.max(1)) {
+/// Held-out accuracy of a task's training head: each example's guess is the label of largest
+/// probability, over its windows' largest probabilities when it was read in windows.
+fn accuracy(top: &Top, task: usize, inputs: &[Lower], size: usize) -> anyhow::Result<f64> {
+    let mut best: std::collections::BTreeMap<usize, (Vec<f32>, u32)> = Default::default();
+    for chunk in inputs.chunks(size.max(1)) {
         let refs: Vec<&Lower> = chunk.iter().collect();
         let (states, mask) = padded(&refs)?;
-        let guesses: Vec<u32> = top.logits(&states, &mask)?.argmax(D::Minus1)?.to_vec1()?;
-        right += guesses
-            .iter()
-            .zip(chunk)
-            .filter(|(g, e)| **g == e.label)
-            .count();
+        let logits = top.logits(task, &states, &mask)?;
+        let probabilities: Vec<Vec<f32>> =
+            candle_nn::ops::softmax(&logits, D::Minus1)?.to_vec2()?;
+        for (p, input) in probabilities.into_iter().zip(chunk) {
+            let (seen, _) = best
+                .entry(input.example)
+                .or_insert_with(|| (vec![0.0; p.len()], input.label));
+            for (s, v) in seen.iter_mut().zip(p) {
+                *s = s.max(v);
+            }
+        }
     }
-    Ok(right as f64 / examples.len().max(1) as f64)
+    let right = best
+        .values()
+        .filter(|(p, label)| {
+            let guess = p
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i as u32);
+            guess == Some(*label)
+        })
+        .count();
+    Ok(right as f64 / best.len().max(1) as f64)
 }
 
 /// Reads the encoder's `config.json`.
@@ -248,17 +216,14 @@ fn write_encoder(
     Ok(())
 }
 
-/// Trains the top layers and writes the encoder, or its adapter, to `options.out`.
-pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
-    let config = read_config(&options.encoder)?;
-    if options.layers == 0 || options.layers > config.num_hidden_layers {
-        bail!(
-            "--layers must be 1 to {} (the encoder's layers), not {}",
-            config.num_hidden_layers,
-            options.layers
-        );
-    }
-    let examples = read_examples(&options.data)?;
+/// Reads `task`'s examples and computes their inputs below the trained layers.
+fn task_inputs(
+    task: &FinetuneTask,
+    options: &FinetuneOptions,
+    lower: &candle_transformers::models::bert::BertModel,
+    tokenizer: &TextTokenizer,
+) -> anyhow::Result<TaskInputs> {
+    let examples = read_examples(&task.data)?;
     let labels = label_set(&examples);
     let index = |label: &str| labels.iter().position(|l| l == label).unwrap_or(0) as u32;
     let (held, mut train): (Vec<_>, Vec<_>) = examples
@@ -269,10 +234,63 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         train.truncate(limit);
     }
     if train.is_empty() || held.is_empty() {
-        bail!(
-            "{}: nothing to train on or to score",
-            options.data.display()
+        bail!("{}: nothing to train on or to score", task.data.display());
+    }
+    let inputs = |set: &[&super::Example]| -> Vec<(String, u32, usize)> {
+        let mut out = Vec::with_capacity(set.len());
+        for (i, example) in set.iter().enumerate() {
+            let label = index(&example.label);
+            if task.windowed {
+                out.extend(windows(&example.text).into_iter().map(|w| (w, label, i)));
+            } else {
+                out.push((example.text.clone(), label, i));
+            }
+        }
+        out
+    };
+    Ok(TaskInputs {
+        labels: labels.len(),
+        train: lower_all(lower, tokenizer, &inputs(&train))?,
+        held: lower_all(lower, tokenizer, &inputs(&held))?,
+        trained: train.len(),
+        held_out: held.len(),
+    })
+}
+
+/// Every task's batches of one epoch, as (task, inputs): one task's batches in a seeded order,
+/// several tasks' interleaved in another.
+fn epoch_order(
+    tasks: &[TaskInputs],
+    size: usize,
+    seed: u64,
+) -> candle_core::Result<Vec<(usize, Vec<usize>)>> {
+    let mut order = Vec::new();
+    for (t, task) in tasks.iter().enumerate() {
+        let task_seed = seed.wrapping_add((t as u64) << 32);
+        order.extend(
+            batches(&task.train, size, task_seed)?
+                .into_iter()
+                .map(|b| (t, b)),
         );
+    }
+    if tasks.len() > 1 {
+        shuffled(&mut order, seed.wrapping_add(2));
+    }
+    Ok(order)
+}
+
+/// Trains the top layers and writes the encoder, or its adapter, to `options.out`.
+pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
+    let config = read_config(&options.encoder)?;
+    if options.layers == 0 || options.layers > config.num_hidden_layers {
+        bail!(
+            "--layers must be 1 to {} (the encoder's layers), not {}",
+            config.num_hidden_layers,
+            options.layers
+        );
+    }
+    if options.tasks.is_empty() {
+        bail!("no labelled set to train on");
     }
     let training = match options.rank {
         None => Training::Whole,
@@ -291,34 +309,20 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     let weights = parse_weights(&weights_bytes)
         .with_context(|| format!("cannot read {}", weights_path.display()))?;
     let lower = lower_model(&weights, &config, options.layers)?;
-    // Texts of similar length share a batch, so little of it is padding.
-    let lower_of = |set: &[&super::Example]| -> anyhow::Result<Vec<Lower>> {
-        let mut by_length: Vec<&super::Example> = set.to_vec();
-        by_length.sort_by_key(|e| e.text.len());
-        let mut out = Vec::with_capacity(set.len());
-        for chunk in by_length.chunks(32) {
-            let texts: Vec<&str> = chunk.iter().map(|e| e.text.as_str()).collect();
-            for (states, example) in lower_states(&lower, &tokenizer, &texts)?
-                .into_iter()
-                .zip(chunk)
-            {
-                out.push(Lower {
-                    states,
-                    label: index(&example.label),
-                });
-            }
-        }
-        Ok(out)
-    };
     let started = std::time::Instant::now();
-    let train = lower_of(&train)?;
-    let held = lower_of(&held)?;
-    tracing::info!(
-        trained = train.len(),
-        held_out = held.len(),
-        seconds = started.elapsed().as_secs(),
-        "lower layers computed"
-    );
+    let mut tasks = Vec::with_capacity(options.tasks.len());
+    for task in &options.tasks {
+        let inputs = task_inputs(task, options, &lower, &tokenizer)?;
+        tracing::info!(
+            data = %task.data.display(),
+            trained = inputs.trained,
+            inputs = inputs.train.len(),
+            held_out = inputs.held_out,
+            seconds = started.elapsed().as_secs(),
+            "lower layers computed"
+        );
+        tasks.push(inputs);
+    }
 
     let mut vars = Vec::new();
     let mut layers = Vec::new();
@@ -334,11 +338,16 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         vars.extend(layer_vars);
     }
     let width = config.hidden_size;
-    let top = Top {
-        layers,
-        head_weight: Var::zeros((labels.len(), width), DType::F32, &Device::Cpu)?,
-        head_bias: Var::zeros(labels.len(), DType::F32, &Device::Cpu)?,
-    };
+    let heads = tasks
+        .iter()
+        .map(|t| {
+            Ok((
+                Var::zeros((t.labels, width), DType::F32, &Device::Cpu)?,
+                Var::zeros(t.labels, DType::F32, &Device::Cpu)?,
+            ))
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let top = Top { layers, heads };
     let params = |lr| ParamsAdamW {
         lr,
         weight_decay: 0.01,
@@ -346,21 +355,26 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     };
     let encoder_vars = vars.iter().map(|(_, v)| v.clone()).collect();
     let mut encoder_opt = AdamW::new(encoder_vars, params(options.learning_rate))?;
-    let head_vars = vec![top.head_weight.clone(), top.head_bias.clone()];
+    let head_vars = top
+        .heads
+        .iter()
+        .flat_map(|(w, b)| [w.clone(), b.clone()])
+        .collect();
     let mut head_opt = AdamW::new(head_vars, params(options.head_learning_rate))?;
     let mut losses = Vec::new();
     for epoch in 0..options.epochs {
         let mut total = 0.0;
-        let order = batches(&train, options.batch_size, options.seed + epoch as u64)?;
-        for (step, batch) in order.iter().enumerate() {
+        let order = epoch_order(&tasks, options.batch_size, options.seed + epoch as u64)?;
+        for (step, (task, batch)) in order.iter().enumerate() {
             if step % 100 == 0 {
                 tracing::info!(epoch, step, of = order.len(), "training");
             }
-            let refs: Vec<&Lower> = batch.iter().map(|&i| &train[i]).collect();
+            let refs: Vec<&Lower> = batch.iter().map(|&i| &tasks[*task].train[i]).collect();
             let (states, mask) = padded(&refs)?;
             let targets: Vec<u32> = refs.iter().map(|e| e.label).collect();
             let targets = Tensor::from_vec(targets, refs.len(), &Device::Cpu)?;
-            let loss = candle_nn::loss::cross_entropy(&top.logits(&states, &mask)?, &targets)?;
+            let logits = top.logits(*task, &states, &mask)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
             let grads = loss.backward()?;
             encoder_opt.step(&grads)?;
             head_opt.step(&grads)?;
@@ -375,7 +389,17 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         );
         losses.push(mean);
     }
-    let held_out_accuracy = accuracy(&top, &held, options.batch_size)?;
+    let scores = tasks
+        .iter()
+        .enumerate()
+        .map(|(t, task)| {
+            Ok(TaskScore {
+                trained: task.trained,
+                held_out: task.held_out,
+                held_out_accuracy: accuracy(&top, t, &task.held, options.batch_size)?,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
     match training {
         Training::Whole => write_encoder(options, &weights, &vars)?,
@@ -390,15 +414,14 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
         }
     }
     Ok(Finetuned {
-        trained: train.len(),
-        held_out: held.len(),
+        tasks: scores,
         losses,
-        held_out_accuracy,
     })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::states::lower_states;
     use super::*;
 
     fn minilm() -> PathBuf {
@@ -439,7 +462,11 @@ mod tests {
             let states = lower_states(&lower, &tokenizer, &texts).unwrap();
             let examples: Vec<Lower> = states
                 .into_iter()
-                .map(|states| Lower { states, label: 0 })
+                .map(|states| Lower {
+                    states,
+                    label: 0,
+                    example: 0,
+                })
                 .collect();
             let refs: Vec<&Lower> = examples.iter().collect();
             let (states, mask) = padded(&refs).unwrap();
@@ -523,22 +550,5 @@ mod tests {
             gap(&trained, &original) > 1e-2,
             "the update changed the layer"
         );
-    }
-
-    #[test]
-    fn batches_cover_every_example_once_in_a_seeded_order() {
-        let examples: Vec<Lower> = (1..=10)
-            .map(|n| Lower {
-                states: Tensor::zeros((n, 4), DType::F32, &Device::Cpu).unwrap(),
-                label: 0,
-            })
-            .collect();
-        let first = batches(&examples, 3, 7).unwrap();
-        assert_eq!(first, batches(&examples, 3, 7).unwrap());
-        let mut seen: Vec<usize> = first.iter().flatten().copied().collect();
-        seen.sort_unstable();
-        assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        // Similar lengths share a batch: sorted by length, then cut.
-        assert!(first.iter().any(|b| b == &vec![0, 1, 2]));
     }
 }
