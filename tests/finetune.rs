@@ -12,7 +12,7 @@ mod support;
 
 use mom_router::config::compile_str;
 use mom_router::inference::{write_adapter, AdapterTensor, Backend, EncoderHandle, EncoderSpec};
-use mom_router::train::{finetune, FinetuneOptions, FinetuneTask};
+use mom_router::train::{finetune, FinetuneOptions, FinetuneTask, Finetuned};
 use std::path::{Path, PathBuf};
 use support::encoders::{cache, settings};
 
@@ -102,6 +102,18 @@ const PROBES: [&str; 3] = [
     "What is the capital of France?",
 ];
 
+/// Four epochs of training lowered the loss, the first task's head learnt it, and the encoder
+/// written to `model_dir` embeds [`PROBES`] away from the original; returns its embeddings.
+fn assert_trained(done: &Finetuned, model_dir: PathBuf) -> Vec<Vec<f32>> {
+    let (first, last) = (done.losses[0], done.losses[3]);
+    assert!(last < first * 0.8, "loss {first} then {last}");
+    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
+    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
+    let written = embed(model_dir, &PROBES);
+    assert!(worst(&original, &written) > 1e-3);
+    written
+}
+
 #[test]
 fn with_nothing_learnt_the_written_encoder_embeds_as_the_original() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,12 +129,7 @@ fn training_lowers_the_loss_and_moves_the_embedding() {
     let dir = tempfile::tempdir().unwrap();
     let done = finetune(&options(dir.path(), "trained", 1e-3, 4)).unwrap();
     assert_eq!(done.losses.len(), 4);
-    let (first, last) = (done.losses[0], done.losses[3]);
-    assert!(last < first * 0.8, "loss {first} then {last}");
-    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
-    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
-    let written = embed(dir.path().join("trained"), &PROBES);
-    assert!(worst(&original, &written) > 1e-3);
+    let written = assert_trained(&done, dir.path().join("trained"));
     for vector in &written {
         let norm: f32 = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
@@ -194,12 +201,7 @@ fn two_tasks_train_the_same_layers_each_with_its_own_head() {
     let done = finetune(&both).unwrap();
     assert_eq!(done.tasks.len(), 2, "{done:?}");
     assert!(done.tasks[1].trained > 0 && done.tasks[1].held_out > 0);
-    let (first, last) = (done.losses[0], done.losses[3]);
-    assert!(last < first * 0.8, "loss {first} then {last}");
-    assert!(done.tasks[0].held_out_accuracy >= 0.9, "{:?}", done.tasks);
-    let original = embed(cache("models/all-MiniLM-L6-v2"), &PROBES);
-    let written = embed(dir.path().join("both"), &PROBES);
-    assert!(worst(&original, &written) > 1e-3);
+    assert_trained(&done, dir.path().join("both"));
 }
 
 #[test]
