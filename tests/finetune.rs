@@ -51,6 +51,7 @@ fn options(dir: &Path, out: &str, learning_rate: f64, epochs: usize) -> Finetune
         tasks: vec![FinetuneTask {
             data: examples(dir),
             windowed: false,
+            weight: 1.0,
         }],
         out: dir.join(out),
         layers: 1,
@@ -197,11 +198,51 @@ fn two_tasks_train_the_same_layers_each_with_its_own_head() {
     both.tasks.push(FinetuneTask {
         data: long_requests(dir.path()),
         windowed: true,
+        weight: 1.0,
     });
     let done = finetune(&both).unwrap();
     assert_eq!(done.tasks.len(), 2, "{done:?}");
     assert!(done.tasks[1].trained > 0 && done.tasks[1].held_out > 0);
     assert_trained(&done, dir.path().join("both"));
+}
+
+/// A task's weight sets how hard it pulls the shared layers against the others: lighter, the
+/// second task moves the written encoder elsewhere; alone, a task trains alike at any weight,
+/// since AdamW scales each step by the gradients' recent size.
+#[test]
+fn a_task_s_weight_moves_the_balance_between_tasks_not_one_task_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, second: Option<f64>, first: f64| {
+        let mut set = options(dir.path(), name, 1e-3, 2);
+        set.tasks[0].weight = first;
+        if let Some(weight) = second {
+            set.tasks.push(FinetuneTask {
+                data: long_requests(dir.path()),
+                windowed: true,
+                weight,
+            });
+        }
+        finetune(&set).unwrap();
+        embed(dir.path().join(name), &PROBES)
+    };
+    let alone = run("alone", None, 1.0);
+    let alone_light = run("alone-light", None, 0.25);
+    assert!(
+        worst(&alone, &alone_light) < 1e-3,
+        "{}",
+        worst(&alone, &alone_light)
+    );
+    let even = run("even", Some(1.0), 1.0);
+    let light = run("light", Some(0.05), 1.0);
+    assert!(worst(&even, &light) > 1e-3, "{}", worst(&even, &light));
+
+    let mut bad = options(dir.path(), "bad", 1e-3, 1);
+    bad.tasks[0].weight = 0.0;
+    let error = finetune(&bad).unwrap_err().to_string();
+    assert!(
+        error.contains("the weight must be a positive number, not 0"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -213,6 +254,7 @@ fn a_task_with_nothing_held_out_is_refused_by_name() {
     bad.tasks.push(FinetuneTask {
         data: one.clone(),
         windowed: false,
+        weight: 1.0,
     });
     let error = finetune(&bad).unwrap_err().to_string();
     assert!(

@@ -19,6 +19,10 @@ pub struct FinetuneArgs {
     /// scans (each window with its example's label; a held-out example scored by its windows).
     #[arg(long)]
     windowed: Vec<PathBuf>,
+    /// `FILE=W`: the task read from FILE (as given to `--data` or `--windowed`) pulls the shared
+    /// layers with weight W against the others' 1 (its loss multiplied by W).
+    #[arg(long, value_name = "FILE=W")]
+    weight: Vec<String>,
     /// Output: an encoder directory (created; the same files, the trained layers' weights
     /// changed), or with `--rank` the adapter file.
     #[arg(long)]
@@ -60,17 +64,45 @@ pub struct FinetuneArgs {
     seed: u64,
 }
 
-/// Runs `finetune`.
-pub fn run(args: &FinetuneArgs) -> ExitCode {
+/// The tasks of `args`, each with the weight `--weight` gives it (1 by default).
+fn tasks(args: &FinetuneArgs) -> Result<Vec<FinetuneTask>, String> {
     let whole = args.data.iter().map(|data| (data, false));
     let windowed = args.windowed.iter().map(|data| (data, true));
-    let tasks = whole
+    let mut tasks: Vec<FinetuneTask> = whole
         .chain(windowed)
         .map(|(data, windowed)| FinetuneTask {
             data: data.clone(),
             windowed,
+            weight: 1.0,
         })
         .collect();
+    for given in &args.weight {
+        let parsed = given
+            .rsplit_once('=')
+            .and_then(|(file, w)| Some((PathBuf::from(file), w.trim().parse::<f64>().ok()?)));
+        let Some((file, weight)) = parsed else {
+            return Err(format!("--weight {given}: expected FILE=W, W a number"));
+        };
+        let Some(task) = tasks.iter_mut().find(|t| t.data == file) else {
+            return Err(format!(
+                "--weight {given}: {} is not a file given to --data or --windowed",
+                file.display()
+            ));
+        };
+        task.weight = weight;
+    }
+    Ok(tasks)
+}
+
+/// Runs `finetune`.
+pub fn run(args: &FinetuneArgs) -> ExitCode {
+    let tasks = match tasks(args) {
+        Ok(tasks) => tasks,
+        Err(e) => {
+            eprintln!("mom-router finetune: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = FinetuneOptions {
         encoder: args.encoder.clone(),
         tasks,
@@ -112,5 +144,41 @@ pub fn run(args: &FinetuneArgs) -> ExitCode {
             eprintln!("mom-router finetune: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: FinetuneArgs,
+    }
+
+    fn tasks_of(line: &str) -> Result<Vec<FinetuneTask>, String> {
+        let words = ["finetune", "--encoder", "e", "--out", "o"];
+        let words = words.into_iter().chain(line.split_whitespace());
+        tasks(
+            &Command::try_parse_from(words)
+                .map_err(|e| e.to_string())?
+                .args,
+        )
+    }
+
+    #[test]
+    fn a_weight_names_the_file_of_its_task() {
+        let tasks = tasks_of("--data a.jsonl --windowed b.jsonl --weight b.jsonl=0.5").unwrap();
+        let weights: Vec<(bool, f64)> = tasks.iter().map(|t| (t.windowed, t.weight)).collect();
+        assert_eq!(weights, [(false, 1.0), (true, 0.5)]);
+        let unknown = tasks_of("--data a.jsonl --weight c.jsonl=2").unwrap_err();
+        assert!(
+            unknown.contains("c.jsonl is not a file given to --data or --windowed"),
+            "{unknown}"
+        );
+        let malformed = tasks_of("--data a.jsonl --weight a.jsonl").unwrap_err();
+        assert!(malformed.contains("expected FILE=W"), "{malformed}");
     }
 }

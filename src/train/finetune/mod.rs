@@ -34,6 +34,10 @@ pub struct FinetuneTask {
     /// with the example's label; a held-out example is scored by its windows' largest
     /// probabilities.
     pub windowed: bool,
+    /// The multiplier of this task's loss: how hard its batches pull the shared layers against
+    /// the other tasks' (AdamW scales each step by the gradients' recent size, so one task alone
+    /// trains alike at any weight).
+    pub weight: f64,
 }
 
 /// What `mom-router finetune` trains.
@@ -292,6 +296,17 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
     if options.tasks.is_empty() {
         bail!("no labelled set to train on");
     }
+    if let Some(task) = options
+        .tasks
+        .iter()
+        .find(|t| !(t.weight.is_finite() && t.weight > 0.0))
+    {
+        bail!(
+            "{}: the weight must be a positive number, not {}",
+            task.data.display(),
+            task.weight
+        );
+    }
     let training = match options.rank {
         None => Training::Whole,
         Some(0) => bail!("--rank must be at least 1"),
@@ -375,7 +390,7 @@ pub fn finetune(options: &FinetuneOptions) -> anyhow::Result<Finetuned> {
             let targets = Tensor::from_vec(targets, refs.len(), &Device::Cpu)?;
             let logits = top.logits(*task, &states, &mask)?;
             let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
-            let grads = loss.backward()?;
+            let grads = (&loss * options.tasks[*task].weight)?.backward()?;
             encoder_opt.step(&grads)?;
             head_opt.step(&grads)?;
             total += f64::from(loss.to_scalar::<f32>()?);
