@@ -1,7 +1,7 @@
 //! The encoder fine-tuned with a low-rank adapter (`heads/minilm-adapter.safetensors`, applied
-//! on load by ONNX Runtime or merged by Candle) and the subject head fitted on it, as
-//! `examples/adapted` runs them: its recorded and out-of-distribution scores, the refusal of each
-//! encoder's head by the other, both backends' embeddings, and the example's decisions.
+//! on load by ONNX Runtime or merged by Candle) and the subject and jailbreak heads fitted on it,
+//! as `examples/adapted` runs them: their recorded and out-of-distribution scores, the refusal of
+//! each encoder's head by the other, both backends' embeddings, and the example's decisions.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,7 +16,7 @@ use mom_router::inference::{self, cosine, Backend};
 use mom_router::train::Split;
 use serde_json::Value;
 use support::encoders::{onnx_on, TEXTS};
-use support::heads::{held_out_as_recorded, ood, score};
+use support::heads::{data, held_out_as_recorded, ood, recorded, score};
 use support::sidecar::{example_config, quickstart_config};
 use support::signal;
 use support::stack::ask;
@@ -25,8 +25,8 @@ fn explain(config: &str, text: &str) -> Value {
     support::explain_offline(config, &ask(text))
 }
 
-/// The subject head fitted on the fine-tuned encoder (on Candle), as `examples/adapted` runs it
-/// (ONNX Runtime int8 with the adapter applied on load), reproduces its recorded held-out
+/// The subject head fitted on the fine-tuned encoder, as `examples/adapted` runs it (ONNX Runtime
+/// int8 with the adapter applied on load), reproduces its recorded held-out
 /// accuracy through the routing code and keeps its out-of-distribution scores; the heads of the
 /// plain and the adapted encoder are each refused by the other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +34,7 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
     let config = example_config("adapted");
     let snapshot = compile_str(&config).unwrap();
     held_out_as_recorded(&snapshot, "stem", "domain-adapted.safetensors").await;
-    // Measured with this head (heads/README.md): 0.893 as written, 0.768 misspelt; a floor two
+    // Measured with this head (heads/README.md): 0.893 as written, 0.804 misspelt; a floor two
     // questions under each.
     let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
     assert_eq!(domain.examples, 56);
@@ -47,7 +47,7 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
         Split::All,
     )
     .await;
-    assert!(typos.accuracy >= 0.732, "{typos}");
+    assert!(typos.accuracy >= 0.768, "{typos}");
 
     let plain = config.replace(
         "heads/domain-adapted.safetensors",
@@ -67,6 +67,51 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
         errors.contains("was trained on another encoder"),
         "{errors}"
     );
+}
+
+/// The jailbreak head fitted on the same adapted encoder keeps its recorded held-out score through
+/// the routing code, and catches bastioncorpus's attacks (never trained on, no rule written from
+/// it) on its own far better than the plain encoder's head (0.609 at this threshold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapted_jailbreak_head_holds_its_scores_alone_and_with_the_rules() {
+    let config = example_config("adapted");
+    let snapshot = compile_str(&config).unwrap();
+    let held_out = score(
+        &snapshot,
+        "jailbreak",
+        data("jailbreak.jsonl"),
+        &["jailbreak"],
+        Split::HeldOut(20),
+    )
+    .await;
+    let recorded_f1 = recorded("jailbreak-adapted.safetensors")["macroF1"]
+        .as_f64()
+        .unwrap();
+    assert!(held_out.macro_f1 >= recorded_f1 - 0.02, "{held_out}");
+    // Measured (heads/README.md): 0.932 with the rules, 0.718 alone, at threshold 0.9; floors a
+    // little under each.
+    for (rules, floor) in [(true, 0.91), (false, 0.69)] {
+        let config = if rules {
+            config.clone()
+        } else {
+            config.replace(
+                "threshold: 0.9\n",
+                "threshold: 0.9\n    builtinPatterns: false\n",
+            )
+        };
+        assert_eq!(config.contains("builtinPatterns: false"), !rules);
+        let snapshot = compile_str(&config).unwrap();
+        let bastion = score(
+            &snapshot,
+            "jailbreak",
+            data("bastion.jsonl"),
+            &["malicious"],
+            Split::All,
+        )
+        .await;
+        let f1 = bastion.f1_of("malicious").unwrap();
+        assert!(f1 >= floor, "rules {rules}: F1 {f1}\n{bastion}");
+    }
 }
 
 /// `examples/adapted`'s policy: a clear subject routed by the adapted encoder's head, an unclear
