@@ -16,7 +16,7 @@ use mom_router::inference::{self, cosine, Backend};
 use mom_router::train::Split;
 use serde_json::Value;
 use support::encoders::{onnx_on, TEXTS};
-use support::heads::{data, held_out_as_recorded, ood, recorded, score};
+use support::heads::{bastion_f1, held_out_as_recorded, jailbreak_held_out, ood, score};
 use support::sidecar::{example_config, quickstart_config};
 use support::signal;
 use support::stack::ask;
@@ -76,18 +76,7 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
 async fn the_adapted_jailbreak_head_holds_its_scores_alone_and_with_the_rules() {
     let config = example_config("adapted");
     let snapshot = compile_str(&config).unwrap();
-    let held_out = score(
-        &snapshot,
-        "jailbreak",
-        data("jailbreak.jsonl"),
-        &["jailbreak"],
-        Split::HeldOut(20),
-    )
-    .await;
-    let recorded_f1 = recorded("jailbreak-adapted.safetensors")["macroF1"]
-        .as_f64()
-        .unwrap();
-    assert!(held_out.macro_f1 >= recorded_f1 - 0.02, "{held_out}");
+    jailbreak_held_out(&snapshot, "jailbreak-adapted.safetensors").await;
     // Measured (heads/README.md): 0.932 with the rules, 0.718 alone, at threshold 0.9; floors a
     // little under each.
     for (rules, floor) in [(true, 0.91), (false, 0.69)] {
@@ -101,15 +90,7 @@ async fn the_adapted_jailbreak_head_holds_its_scores_alone_and_with_the_rules() 
         };
         assert_eq!(config.contains("builtinPatterns: false"), !rules);
         let snapshot = compile_str(&config).unwrap();
-        let bastion = score(
-            &snapshot,
-            "jailbreak",
-            data("bastion.jsonl"),
-            &["malicious"],
-            Split::All,
-        )
-        .await;
-        let f1 = bastion.f1_of("malicious").unwrap();
+        let (f1, bastion) = bastion_f1(&snapshot).await;
         assert!(f1 >= floor, "rules {rules}: F1 {f1}\n{bastion}");
     }
 }

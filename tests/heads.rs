@@ -18,7 +18,9 @@ use mom_router::records::traces::is_held_out;
 use mom_router::train::Split;
 use serde_json::Value;
 use std::collections::HashMap;
-use support::heads::{data, held_out_as_recorded, metadata, ood, recorded, score};
+use support::heads::{
+    bastion_f1, data, held_out_as_recorded, jailbreak_held_out, metadata, ood, score,
+};
 use support::sidecar::{quickstart_config, semantic_config};
 use support::signal;
 use support::stack::{ask, header, Stack};
@@ -97,24 +99,7 @@ async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let held_out = score(
-        &snapshot,
-        "jailbreak",
-        data("jailbreak.jsonl"),
-        &["jailbreak"],
-        Split::HeldOut(20),
-    )
-    .await;
-    // Like with like: the signal's macro-F1 against the head's recorded macro-F1 (the signal adds
-    // the pattern rules, so it may score a little differently, not much lower).
-    let macro_f1 = held_out.macro_f1;
-    let recorded_f1 = recorded("jailbreak.safetensors")["macroF1"]
-        .as_f64()
-        .unwrap();
-    assert!(
-        macro_f1 >= recorded_f1 - 0.02,
-        "macro-F1 {macro_f1} vs recorded {recorded_f1}\n{held_out}"
-    );
+    let (held_out, recorded_f1) = jailbreak_held_out(&snapshot, "jailbreak.safetensors").await;
     // And the attack class itself holds at that level.
     let f1 = held_out.f1_of("jailbreak").unwrap();
     assert!(
@@ -122,16 +107,7 @@ async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
         "F1 {f1} vs recorded macro-F1 {recorded_f1}\n{held_out}"
     );
     // bastioncorpus is never trained on; 0.929 was measured for the shipped head and rules.
-    let bastion = score(
-        &snapshot,
-        "jailbreak",
-        data("bastion.jsonl"),
-        &["malicious"],
-        Split::All,
-    )
-    .await;
-    assert_eq!(bastion.examples, 181);
-    let f1 = bastion.f1_of("malicious").unwrap();
+    let (f1, bastion) = bastion_f1(&snapshot).await;
     assert!(f1 >= 0.91, "bastioncorpus F1 {f1}\n{bastion}");
 }
 

@@ -72,3 +72,40 @@ pub async fn held_out_as_recorded(snapshot: &Snapshot, signal: &str, head: &str)
     );
     report
 }
+
+/// The `jailbreak` signal of `snapshot` (reading head file `head`) scored on the jailbreak data's
+/// held-out share: like with like, its macro-F1 against the head's recorded one (the signal adds
+/// the pattern rules, so it may score a little differently, not much lower). Returns the report
+/// and the recorded macro-F1.
+pub async fn jailbreak_held_out(snapshot: &Snapshot, head: &str) -> (Report, f64) {
+    let report = score(
+        snapshot,
+        "jailbreak",
+        data("jailbreak.jsonl"),
+        &["jailbreak"],
+        Split::HeldOut(20),
+    )
+    .await;
+    let recorded_f1 = recorded(head)["macroF1"].as_f64().unwrap();
+    assert!(
+        report.macro_f1 >= recorded_f1 - 0.02,
+        "macro-F1 {} vs recorded {recorded_f1}\n{report}",
+        report.macro_f1
+    );
+    (report, recorded_f1)
+}
+
+/// The `jailbreak` signal of `snapshot` scored on bastioncorpus (181 prompts, never trained on):
+/// the F1 of its `malicious` class, and the report.
+pub async fn bastion_f1(snapshot: &Snapshot) -> (f64, Report) {
+    let report = score(
+        snapshot,
+        "jailbreak",
+        data("bastion.jsonl"),
+        &["malicious"],
+        Split::All,
+    )
+    .await;
+    assert_eq!(report.examples, 181);
+    (report.f1_of("malicious").unwrap(), report)
+}
