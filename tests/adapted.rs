@@ -17,7 +17,7 @@ use mom_router::train::Split;
 use serde_json::Value;
 use support::encoders::{onnx_on, TEXTS};
 use support::heads::{bastion_f1, held_out_as_recorded, jailbreak_held_out, ood, score};
-use support::sidecar::{example_config, quickstart_config};
+use support::sidecar::{example_config, plain_quickstart_config};
 use support::signal;
 use support::stack::ask;
 
@@ -58,7 +58,7 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
         errors.contains("was trained on another encoder"),
         "{errors}"
     );
-    let adapted = quickstart_config().replace(
+    let adapted = plain_quickstart_config().replace(
         "heads/domain.safetensors",
         "heads/domain-adapted.safetensors",
     );

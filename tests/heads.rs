@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use support::heads::{
     bastion_f1, data, held_out_as_recorded, jailbreak_held_out, metadata, ood, score,
 };
-use support::sidecar::{quickstart_config, semantic_config};
+use support::sidecar::{plain_quickstart_config, quickstart_config, semantic_config};
 use support::signal;
 use support::stack::{ask, header, Stack};
 
@@ -90,15 +90,15 @@ fn no_set_holds_the_reserved_human_eval_problems() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_domain_head_reproduces_its_recorded_held_out_accuracy() {
-    let snapshot = compile_str(&quickstart_config()).unwrap();
+async fn the_plain_encoder_s_domain_head_reproduces_its_recorded_held_out_accuracy() {
+    let snapshot = compile_str(&plain_quickstart_config()).unwrap();
     let report = held_out_as_recorded(&snapshot, "stem", "domain.safetensors").await;
     assert_eq!(report.labels.len(), 14, "{:?}", report.labels);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
-    let snapshot = compile_str(&quickstart_config()).unwrap();
+async fn the_plain_encoder_s_jailbreak_signal_holds_its_scores_held_out_and_on_bastioncorpus() {
+    let snapshot = compile_str(&plain_quickstart_config()).unwrap();
     let (held_out, recorded_f1) = jailbreak_held_out(&snapshot, "jailbreak.safetensors").await;
     // And the attack class itself holds at that level.
     let f1 = held_out.f1_of("jailbreak").unwrap();
@@ -337,20 +337,21 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
 }
 
 /// The hand-written out-of-distribution sets (`heads/data/ood/`, never trained on) score at
-/// least what `heads/README.md` records for the shipped heads, less two or three examples' worth.
+/// least what `heads/README.md` records for the quickstart's heads (on the adapted encoder), less
+/// two or three examples' worth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
     let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
     assert_eq!(domain.examples, 56);
-    // Recorded 0.911 (51 of 56; 0.804 for the 64-wide head before it, 0.607 trained on MMLU
-    // alone).
-    assert!(domain.accuracy >= 0.87, "{domain}");
-    // Recorded 0.138: a temperature fitted mostly on MMLU does not carry over to these.
+    // Recorded 0.893 (50 of 56; the plain encoder's head 0.911, 0.607 trained on MMLU alone).
+    assert!(domain.accuracy >= 0.85, "{domain}");
+    // Recorded 0.092 (the plain encoder's head 0.138): a temperature fitted mostly on MMLU does
+    // not fully carry over to these.
     let error = domain.calibration_error.unwrap();
     assert!((0.08..=0.18).contains(&error), "{domain}");
     // Told to abstain below 0.5 (a calibrated probability), it withholds its least sure guesses:
-    // recorded 4 of 56 withheld, 0.942 right on the other 52.
+    // recorded 5 of 56 withheld, 0.941 right on the other 51.
     let abstaining = quickstart_config().replace(
         "    minConfidence: 0.5\n",
         "    minConfidence: 0.5\n    abstainBelow: 0.5\n",
@@ -371,7 +372,7 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
         "{selective}"
     );
     // The same questions misspelt (scripts/typo_variants.py, seeded by each text): recorded
-    // 0.821 (46 of 56), 0.09 under the questions as written.
+    // 0.804 (45 of 56), 0.09 under the questions as written.
     let typos = score(
         &snapshot,
         "stem",
@@ -381,7 +382,7 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     assert_eq!(typos.examples, 56);
-    assert!(typos.accuracy >= 0.78, "{typos}");
+    assert!(typos.accuracy >= 0.76, "{typos}");
 
     let jailbreak = score(
         &snapshot,
@@ -392,7 +393,8 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     assert_eq!(jailbreak.examples, 40);
-    // Recorded F1 0.829 with 4 of the 20 benign look-alikes flagged.
+    // Recorded F1 0.850 with 3 of the 20 benign look-alikes flagged (the plain encoder's head
+    // and the rules: 0.829, 4 flagged).
     let f1 = jailbreak.f1_of("jailbreak").unwrap();
     assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
 

@@ -131,6 +131,27 @@ pub fn quickstart_config() -> String {
     .replace("callTimeoutMs: 1800", TEST_CALL_TIMEOUT)
 }
 
+/// The quickstart policy on the plain encoder (no adapter) with the heads trained on it
+/// (`heads/domain.safetensors`, `jailbreak.safetensors`, `router.safetensors`).
+pub fn plain_quickstart_config() -> String {
+    let adapted = quickstart_config();
+    let plain = [
+        ("domain-adapted.safetensors", "domain.safetensors"),
+        ("jailbreak-adapted.safetensors", "jailbreak.safetensors"),
+        ("router-adapted.safetensors", "router.safetensors"),
+    ]
+    .iter()
+    .fold(adapted, |text, (from, to)| {
+        assert!(text.contains(from), "{from}");
+        text.replace(from, to)
+    });
+    let adapter = plain
+        .lines()
+        .find(|line| line.trim_start().starts_with("adapter:"))
+        .unwrap();
+    plain.replace(&format!("{adapter}\n"), "")
+}
+
 /// The neural example policy, with its model paths made absolute for a config in a temp dir.
 pub fn semantic_config() -> String {
     example_config("semantic")
