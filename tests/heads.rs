@@ -106,7 +106,7 @@ async fn the_plain_encoder_s_jailbreak_signal_holds_its_scores_held_out_and_on_b
         f1 >= recorded_f1 - 0.02,
         "F1 {f1} vs recorded macro-F1 {recorded_f1}\n{held_out}"
     );
-    // bastioncorpus is never trained on; 0.929 was measured for the shipped head and rules.
+    // bastioncorpus is never trained on; 0.929 was measured for the plain head and the rules.
     let (f1, bastion) = bastion_f1(&snapshot).await;
     assert!(f1 >= 0.91, "bastioncorpus F1 {f1}\n{bastion}");
 }
