@@ -13,10 +13,9 @@ mod support;
 
 use mom_router::config::compile_str;
 use mom_router::inference::{self, cosine, Backend};
-use mom_router::train::Split;
 use serde_json::Value;
 use support::encoders::{onnx_on, TEXTS};
-use support::heads::{bastion_f1, held_out_as_recorded, jailbreak_held_out, ood, score};
+use support::heads::{bastion_f1, held_out_as_recorded, jailbreak_held_out, ood_subjects};
 use support::sidecar::{example_config, plain_quickstart_config};
 use support::signal;
 use support::stack::ask;
@@ -36,17 +35,8 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
     held_out_as_recorded(&snapshot, "stem", "domain-adapted.safetensors").await;
     // Measured with this head (heads/README.md): 0.893 as written, 0.804 misspelt; a floor two
     // questions under each.
-    let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
-    assert_eq!(domain.examples, 56);
+    let (domain, typos) = ood_subjects(&snapshot).await;
     assert!(domain.accuracy >= 0.857, "{domain}");
-    let typos = score(
-        &snapshot,
-        "stem",
-        ood("domain-typos.jsonl"),
-        &[],
-        Split::All,
-    )
-    .await;
     assert!(typos.accuracy >= 0.768, "{typos}");
 
     let plain = config.replace(

@@ -19,7 +19,7 @@ use mom_router::train::Split;
 use serde_json::Value;
 use std::collections::HashMap;
 use support::heads::{
-    bastion_f1, data, held_out_as_recorded, jailbreak_held_out, metadata, ood, score,
+    bastion_f1, data, held_out_as_recorded, jailbreak_held_out, metadata, ood, ood_subjects, score,
 };
 use support::sidecar::{plain_quickstart_config, quickstart_config, semantic_config};
 use support::signal;
@@ -342,8 +342,7 @@ async fn the_pii_signal_finds_personal_data_in_presidio_templates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    let domain = score(&snapshot, "stem", ood("domain.jsonl"), &[], Split::All).await;
-    assert_eq!(domain.examples, 56);
+    let (domain, typos) = ood_subjects(&snapshot).await;
     // Recorded 0.893 (50 of 56; the plain encoder's head 0.911, 0.607 trained on MMLU alone).
     assert!(domain.accuracy >= 0.85, "{domain}");
     // Recorded 0.092 (the plain encoder's head 0.138): a temperature fitted mostly on MMLU does
@@ -373,15 +372,6 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     );
     // The same questions misspelt (scripts/typo_variants.py, seeded by each text): recorded
     // 0.804 (45 of 56), 0.09 under the questions as written.
-    let typos = score(
-        &snapshot,
-        "stem",
-        ood("domain-typos.jsonl"),
-        &[],
-        Split::All,
-    )
-    .await;
-    assert_eq!(typos.examples, 56);
     assert!(typos.accuracy >= 0.76, "{typos}");
 
     let jailbreak = score(

@@ -109,3 +109,16 @@ pub async fn bastion_f1(snapshot: &Snapshot) -> (f64, Report) {
     assert_eq!(report.examples, 181);
     (report.f1_of("malicious").unwrap(), report)
 }
+
+/// The `stem` signal of `snapshot` scored on the 56 hand-written subject questions
+/// (`heads/data/ood/domain.jsonl`) and on the same questions misspelt (`domain-typos.jsonl`).
+pub async fn ood_subjects(snapshot: &Snapshot) -> (Report, Report) {
+    let mut reports = Vec::new();
+    for file in ["domain.jsonl", "domain-typos.jsonl"] {
+        let report = score(snapshot, "stem", ood(file), &[], Split::All).await;
+        assert_eq!(report.examples, 56, "{file}");
+        reports.push(report);
+    }
+    let typos = reports.pop().unwrap();
+    (reports.pop().unwrap(), typos)
+}
