@@ -125,9 +125,13 @@ impl Running {
 pub async fn start(options: ServeOptions) -> Result<Running, AppError> {
     // Loading may read model weights and run the encoder: keep it off the async workers.
     let source = options.source.clone();
-    let store = tokio::task::spawn_blocking(move || ConfigStore::open(source))
-        .await
-        .map_err(|e| AppError::Startup(e.to_string()))??;
+    let store = tokio::task::spawn_blocking(move || {
+        let store = ConfigStore::open(source);
+        crate::observability::memory::release_freed("snapshot loaded");
+        store
+    })
+    .await
+    .map_err(|e| AppError::Startup(e.to_string()))??;
     let store = Arc::new(store);
     let metrics = Arc::new(Metrics::new());
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
@@ -323,7 +327,15 @@ async fn watch_config(
             _ = stopped.wait_for(|stop| *stop) => return,
         }
         let worker_store = store.clone();
-        let Ok(outcome) = tokio::task::spawn_blocking(move || worker_store.reload()).await else {
+        let Ok(outcome) = tokio::task::spawn_blocking(move || {
+            let outcome = worker_store.reload();
+            if !matches!(outcome, ReloadOutcome::Unchanged) {
+                crate::observability::memory::release_freed("snapshot reloaded");
+            }
+            outcome
+        })
+        .await
+        else {
             continue;
         };
         match outcome {
