@@ -246,6 +246,86 @@ fn serve_returns_freed_start_up_memory_and_holds_the_quickstart_under_250_mb() {
     assert!(rss_kb < 250_000, "resident {rss_kb} kB once ready");
 }
 
+/// `eval-signal --by-language` scores each detected language apart: a keyword signal written in
+/// English finds every English code request and no German one, which the overall score hides.
+#[test]
+fn eval_signal_by_language_shows_a_signal_right_in_english_and_wrong_in_german() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("requests.jsonl");
+    let rows = [
+        (
+            "code",
+            "Write a python function that reverses a list of numbers and returns it.",
+        ),
+        (
+            "code",
+            "Please write a function that counts the vowels in a sentence, in python.",
+        ),
+        (
+            "code",
+            "Schreibe bitte ein kleines Programm, das eine Liste von Zahlen umkehrt und ausgibt.",
+        ),
+        (
+            "code",
+            "Wie kann ich in meinem Programm alle Dateien eines Ordners nacheinander einlesen?",
+        ),
+        (
+            "chat",
+            "What is the capital city of France, and why is it so famous around the world?",
+        ),
+        (
+            "chat",
+            "Could you tell me a little about the history of the old harbour in this town?",
+        ),
+        (
+            "chat",
+            "Was ist die Hauptstadt von Frankreich und warum ist sie auf der ganzen Welt berühmt?",
+        ),
+        (
+            "chat",
+            "Kannst du mir etwas über die Geschichte des alten Hafens in dieser Stadt erzählen?",
+        ),
+    ];
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(label, text)| serde_json::json!({"text": text, "label": label}).to_string())
+        .collect();
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))
+        .args([
+            "eval-signal",
+            "--signal",
+            "code",
+            "--positive",
+            "code",
+            "--by-language",
+        ])
+        .arg("--config")
+        .arg(support::repo().join("tests/fixtures/rule-signals.yaml"))
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.starts_with("examples 8  accuracy 0.7500"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n  eng  examples 4  accuracy 1.0000  F1 of code 1.0000\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n  deu  examples 4  accuracy 0.5000  F1 of code 0.0000"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn serve_refuses_zero_worker_threads_naming_the_flag() {
     let output = Command::new(env!("CARGO_BIN_EXE_mom-router"))

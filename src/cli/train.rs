@@ -1,7 +1,7 @@
 //! `mom-router train` and `mom-router eval-signal`: argument shapes and printing; the work is in
 //! [`crate::train`].
 
-use crate::train::{self, EvalOptions, FitSettings, Split, TrainOptions};
+use crate::train::{self, EvalOptions, FitSettings, Report, Split, TrainOptions};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +82,10 @@ pub struct EvalArgs {
     /// Also print up to this many examples the signal got wrong.
     #[arg(long, default_value_t = 0)]
     show_mistakes: usize,
+    /// Also score each language apart, as the `language` signal detects it (whatlang): a signal
+    /// that is right in English and wrong elsewhere shows here, not in the overall score.
+    #[arg(long)]
+    by_language: bool,
 }
 
 fn fail(error: &anyhow::Error) -> ExitCode {
@@ -136,21 +140,29 @@ pub fn run_eval(args: EvalArgs) -> ExitCode {
         Ok(snapshot) => snapshot,
         Err(e) => return fail(&e),
     };
+    let binary = !args.positive.is_empty();
     let options = EvalOptions {
         signal: args.signal,
         data: args.data,
         positive: args.positive,
         split: args.held_out.map_or(Split::All, Split::HeldOut),
         concurrency: args.concurrency,
+        by_language: args.by_language,
     };
     let runtime = match super::runtime(super::Threads::Workers(None)) {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
     match runtime.block_on(train::evaluate_signal(&snapshot, &options)) {
-        Ok((report, mistakes)) => {
-            let mut text = report.to_string();
-            for mistake in mistakes.iter().take(args.show_mistakes) {
+        Ok(scored) => {
+            let mut text = scored.report.to_string();
+            if !scored.by_language.is_empty() {
+                text.push_str("by language (as the language signal detects it):\n");
+            }
+            for (code, report) in &scored.by_language {
+                text.push_str(&by_language_line(code, report, binary));
+            }
+            for mistake in scored.mistakes.iter().take(args.show_mistakes) {
                 let snippet: String = mistake.text.chars().take(160).collect();
                 text.push_str(&format!(
                     "mistake: truth {} / reported {}: {snippet:?}\n",
@@ -161,4 +173,17 @@ pub fn run_eval(args: EvalArgs) -> ExitCode {
         }
         Err(e) => fail(&e),
     }
+}
+
+/// One language's score: its examples, accuracy and, for a binary score, the F1 of the class the
+/// signal should match (otherwise macro-F1).
+fn by_language_line(code: &str, report: &Report, binary: bool) -> String {
+    let f1 = match (binary, report.labels.get(1), report.per_label.get(1)) {
+        (true, Some(positive), Some((_, _, f1, _))) => format!("F1 of {positive} {f1:.4}"),
+        _ => format!("macro-F1 {:.4}", report.macro_f1),
+    };
+    format!(
+        "  {code}  examples {}  accuracy {:.4}  {f1}\n",
+        report.examples, report.accuracy
+    )
 }

@@ -10,6 +10,7 @@ use crate::llm::{ChatRequest, Headers};
 use crate::signals::{Needs, ABSTAIN};
 use anyhow::Context;
 use futures_util::StreamExt;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Which examples of the file are scored.
@@ -35,6 +36,20 @@ pub struct EvalOptions {
     pub split: Split,
     /// Requests in flight at once (so the encoder can batch them).
     pub concurrency: usize,
+    /// Also score each language apart, as the `language` signal detects it.
+    pub by_language: bool,
+}
+
+/// What `evaluate_signal` measured.
+#[derive(Debug, Clone)]
+pub struct Scored {
+    /// Every example scored.
+    pub report: Report,
+    /// The examples the signal got wrong, in data order.
+    pub mistakes: Vec<Mistake>,
+    /// With [`EvalOptions::by_language`]: the same score per detected language (ISO 639-3 code,
+    /// `und` where none is detected), most examples first.
+    pub by_language: Vec<(String, Report)>,
 }
 
 /// One example the signal got wrong.
@@ -48,11 +63,8 @@ pub struct Mistake {
     pub reported: String,
 }
 
-/// Scores the signal on the examples; returns the report and the examples it got wrong.
-pub async fn evaluate_signal(
-    snapshot: &Snapshot,
-    options: &EvalOptions,
-) -> anyhow::Result<(Report, Vec<Mistake>)> {
+/// Scores the signal on the examples.
+pub async fn evaluate_signal(snapshot: &Snapshot, options: &EvalOptions) -> anyhow::Result<Scored> {
     let signal = snapshot
         .signals
         .iter()
@@ -112,6 +124,7 @@ pub async fn evaluate_signal(
             })
             .collect();
         let mistakes = mistakes(&texts, &outcomes, |i| pairs[i].0 != pairs[i].1);
+        let by_language = by_language(options, &texts, &labels, &pairs);
         let mut report = Report::new(labels, &pairs);
         // How well the reported confidence predicts being right, over the answers given.
         let answered: Vec<(f32, bool)> = outcomes
@@ -127,7 +140,11 @@ pub async fn evaluate_signal(
         if !answered.is_empty() {
             report.calibration_error = Some(expected_calibration_error(&answered));
         }
-        return Ok((report, mistakes));
+        return Ok(Scored {
+            report,
+            mistakes,
+            by_language,
+        });
     }
     let positive = options.positive.join("|");
     let pairs: Vec<(usize, usize)> = outcomes
@@ -140,10 +157,36 @@ pub async fn evaluate_signal(
         })
         .collect();
     let mistakes = mistakes(&texts, &outcomes, |i| pairs[i].0 != pairs[i].1);
-    Ok((
-        Report::new(vec![format!("not {positive}"), positive], &pairs),
+    let labels = vec![format!("not {positive}"), positive];
+    Ok(Scored {
+        by_language: by_language(options, &texts, &labels, &pairs),
+        report: Report::new(labels, &pairs),
         mistakes,
-    ))
+    })
+}
+
+/// The `(truth, predicted)` pairs scored again per language, as the `language` signal detects
+/// each text; empty unless asked for.
+fn by_language(
+    options: &EvalOptions,
+    texts: &[String],
+    labels: &[String],
+    pairs: &[(usize, usize)],
+) -> Vec<(String, Report)> {
+    if !options.by_language {
+        return Vec::new();
+    }
+    let mut groups: BTreeMap<&str, Vec<(usize, usize)>> = BTreeMap::new();
+    for (text, pair) in texts.iter().zip(pairs) {
+        let code = whatlang::detect(text).map_or("und", |info| info.lang().code());
+        groups.entry(code).or_default().push(*pair);
+    }
+    let mut reports: Vec<(String, Report)> = groups
+        .into_iter()
+        .map(|(code, pairs)| (code.to_owned(), Report::new(labels.to_vec(), &pairs)))
+        .collect();
+    reports.sort_by_key(|(_, report)| std::cmp::Reverse(report.examples));
+    reports
 }
 
 /// What the signal did with one example: the data's label, whether it matched, its label and

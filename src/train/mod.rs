@@ -18,7 +18,7 @@ mod router_kind;
 pub use calibrate::{calibrate, Calibration};
 pub use cascade::{Cascade, CascadeSpec};
 pub use data::{is_held_out, label_set, read_examples, Example};
-pub use eval::{evaluate_signal, EvalOptions, Mistake, Split};
+pub use eval::{evaluate_signal, EvalOptions, Mistake, Scored, Split};
 pub use finetune::{finetune, FinetuneOptions, FinetuneTask, Finetuned, TaskScore};
 pub use fit::{fit, FitSettings};
 pub use metrics::Report;

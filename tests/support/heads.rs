@@ -43,8 +43,9 @@ pub async fn score(
         positive: positive.iter().map(|p| (*p).to_owned()).collect(),
         split,
         concurrency: 32,
+        by_language: false,
     };
-    evaluate_signal(snapshot, &options).await.unwrap().0
+    evaluate_signal(snapshot, &options).await.unwrap().report
 }
 
 /// `signal` (reading head file `head`) scored on the domain data's held-out share, which must
