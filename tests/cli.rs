@@ -317,11 +317,11 @@ fn eval_signal_by_language_shows_a_signal_right_in_english_and_wrong_in_german()
         "{stdout}"
     );
     assert!(
-        stdout.contains("\n  eng  examples 4  accuracy 1.0000  F1 of code 1.0000\n"),
+        stdout.contains("\n  eng  examples 4  accuracy 1.0000  F1 of code 1.0000 (2 of them)\n"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("\n  deu  examples 4  accuracy 0.5000  F1 of code 0.0000"),
+        stdout.contains("\n  deu  examples 4  accuracy 0.5000  F1 of code 0.0000 (2 of them)\n"),
         "{stdout}"
     );
 }

@@ -82,8 +82,9 @@ pub struct EvalArgs {
     /// Also print up to this many examples the signal got wrong.
     #[arg(long, default_value_t = 0)]
     show_mistakes: usize,
-    /// Also score each language apart, as the `language` signal detects it (whatlang): a signal
-    /// that is right in English and wrong elsewhere shows here, not in the overall score.
+    /// Also score each language apart, by whatlang's guess (the `language` signal's detector;
+    /// short texts are sometimes named wrongly): a signal right in English and wrong elsewhere
+    /// shows here, not in the overall score.
     #[arg(long)]
     by_language: bool,
 }
@@ -157,7 +158,7 @@ pub fn run_eval(args: EvalArgs) -> ExitCode {
         Ok(scored) => {
             let mut text = scored.report.to_string();
             if !scored.by_language.is_empty() {
-                text.push_str("by language (as the language signal detects it):\n");
+                text.push_str("by language (whatlang's guess):\n");
             }
             for (code, report) in &scored.by_language {
                 text.push_str(&by_language_line(code, report, binary));
@@ -179,7 +180,9 @@ pub fn run_eval(args: EvalArgs) -> ExitCode {
 /// signal should match (otherwise macro-F1).
 fn by_language_line(code: &str, report: &Report, binary: bool) -> String {
     let f1 = match (binary, report.labels.get(1), report.per_label.get(1)) {
-        (true, Some(positive), Some((_, _, f1, _))) => format!("F1 of {positive} {f1:.4}"),
+        (true, Some(positive), Some((_, _, f1, n))) => {
+            format!("F1 of {positive} {f1:.4} ({n} of them)")
+        }
         _ => format!("macro-F1 {:.4}", report.macro_f1),
     };
     format!(
