@@ -369,7 +369,8 @@ pub enum RawSignal {
     },
     /// Personal data found by validated detectors (e-mail, phone, card with Luhn, IBAN mod-97,
     /// US SSN, IP address) and, when `inference.ner` is set, by the token classifier (names,
-    /// addresses, …); reports the types, never the values.
+    /// addresses, …; a house number, postal code or flat number only beside a street, city or
+    /// state); reports the types, never the values.
     #[serde(rename_all = "camelCase")]
     Pii {
         /// Signal name.

@@ -111,6 +111,7 @@ impl PiiSignal {
                 }
             }
         }
+        drop_address_parts_without_an_address(&mut found);
         let mut types: Vec<&str> = self
             .watched
             .iter()
@@ -126,6 +127,20 @@ impl PiiSignal {
             label: (!types.is_empty()).then(|| types.join(",")),
             error,
         }
+    }
+}
+
+/// Parts of an address that are only numbers or a unit on their own.
+const ADDRESS_PARTS: [&str; 3] = ["BUILDING_NUMBER", "ZIP_CODE", "SECONDARY_ADDRESS"];
+/// What makes those parts an address.
+const ADDRESS_ANCHORS: [&str; 3] = ["STREET_NAME", "CITY", "STATE"];
+
+/// A house number, postal code or flat number is personal data as part of an address: the token
+/// classifier also tags bare numbers that way ("What is 92 - 38?" gave a building number and a
+/// postal code), so those types count only when a street, city or state was found with them.
+fn drop_address_parts_without_an_address(found: &mut Vec<&str>) {
+    if !found.iter().any(|kind| ADDRESS_ANCHORS.contains(kind)) {
+        found.retain(|kind| !ADDRESS_PARTS.contains(kind));
     }
 }
 
@@ -200,6 +215,35 @@ mod tests {
         let e = names.evaluate(&request("hi"), Some(&failed));
         assert!(!e.matched);
         assert_eq!(e.error.as_deref(), Some("encoder overloaded: queue full"));
+    }
+
+    #[test]
+    fn a_house_number_or_postal_code_counts_only_with_a_street_city_or_state() {
+        let ner_types: Vec<String> = ["BUILDING_NUMBER", "ZIP_CODE", "STREET_NAME", "CITY"]
+            .map(str::to_owned)
+            .to_vec();
+        let addresses = signal(&[], &["CITY"], Some(&ner_types));
+        let entities = |kinds: &[&str]| -> Entities {
+            Ok(Arc::new(
+                kinds
+                    .iter()
+                    .map(|kind| EntityFound {
+                        kind: (*kind).to_owned(),
+                        score: 0.9,
+                    })
+                    .collect(),
+            ))
+        };
+        let sum = entities(&["BUILDING_NUMBER", "ZIP_CODE"]);
+        let e = addresses.evaluate(&request("What is 92 - 38?"), Some(&sum));
+        assert!(!e.matched, "{:?}", e.label);
+        let street = entities(&["BUILDING_NUMBER", "STREET_NAME"]);
+        let e = addresses.evaluate(&request("Lindenstrasse 12"), Some(&street));
+        assert_eq!(e.label.as_deref(), Some("BUILDING_NUMBER,STREET_NAME"));
+        // An allowed city still makes the postal code next to it part of an address.
+        let city = entities(&["ZIP_CODE", "CITY"]);
+        let e = addresses.evaluate(&request("10115 Berlin"), Some(&city));
+        assert_eq!(e.label.as_deref(), Some("ZIP_CODE"));
     }
 
     #[test]
