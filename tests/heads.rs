@@ -385,8 +385,8 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     assert_eq!(jailbreak.examples, 40);
-    // Recorded F1 0.850 with 3 of the 20 benign look-alikes flagged (the plain encoder's head
-    // and the rules: 0.829, 4 flagged).
+    // Recorded F1 0.872 with 2 of the 20 benign look-alikes flagged (the adapted head before it
+    // read the text tasks: 0.850, 3 flagged; the plain encoder's head and the rules: 0.829, 4).
     let f1 = jailbreak.f1_of("jailbreak").unwrap();
     assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
 
