@@ -229,15 +229,10 @@ fn serve_returns_freed_start_up_memory_and_holds_the_quickstart_under_250_mb() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let resident = mom_router::observability::memory::resident_bytes_of(child.id());
     child.kill().unwrap();
     child.wait().unwrap();
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.split_whitespace().next())
-        .and_then(|kb| kb.parse().ok())
-        .unwrap();
+    let rss_kb = resident.unwrap() / 1024;
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(
         logged.contains("freed memory returned to the system"),

@@ -7,9 +7,14 @@
 //! that is about 90 MB held for nothing. [`release_freed`] asks glibc to return every free page
 //! once, after a snapshot loads; requests never pay for it.
 
-/// The process's resident set in bytes (`VmRSS`), where `/proc` has it.
+/// This process's resident set in bytes (`VmRSS`), where `/proc` has it.
 pub fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    resident_bytes_of(std::process::id())
+}
+
+/// The resident set in bytes (`VmRSS`) of process `pid`, where `/proc` has it.
+pub fn resident_bytes_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
