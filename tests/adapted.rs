@@ -125,6 +125,50 @@ fn a_spelling_request_with_a_form_limit_is_routed_as_an_ordinary_request() {
     assert_ne!(request["decision"], "jailbreak");
 }
 
+/// The quickstart's token classifier reads the prose around fenced code, not the code: read
+/// whole, it took a function's doctest for a person's identifiers and sent a code request to the
+/// personal-data model. A name in the prose and an e-mail address in the code still count.
+#[test]
+fn the_quickstart_reads_personal_data_around_code_and_not_identifiers_in_it() {
+    let code = "```python\ndef collatz_steps(n):\n    \"\"\"Return how many Collatz steps take n to 1.\n    >>> collatz_steps(27)\n    111\n    \"\"\"\n```";
+    let request = format!("Complete this function.\n{code}");
+    let config = quickstart_config();
+    assert!(config.contains("fencedCode: skip"));
+    let read_whole = explain(
+        &config.replace("fencedCode: skip", "fencedCode: read"),
+        &request,
+    );
+    assert_eq!(read_whole["decision"], "personal_data", "{read_whole:#}");
+    let prose_only = explain(&config, &request);
+    assert_eq!(
+        signal(&prose_only, "personal_data")["matched"],
+        false,
+        "{prose_only:#}"
+    );
+    assert_eq!(prose_only["decision"], "code");
+    let named = explain(
+        &config,
+        &format!("My manager Anna Kowalczyk asked me to complete this function.\n{code}"),
+    );
+    assert_eq!(
+        signal(&named, "personal_data")["label"],
+        "GIVEN_NAME,SURNAME",
+        "{named:#}"
+    );
+    let mailed = explain(
+        &config,
+        &request.replace(
+            "    \"\"\"\n```",
+            "    \"\"\"\n    # reviewed by jo.smith@example.org\n```",
+        ),
+    );
+    assert_eq!(
+        signal(&mailed, "personal_data")["label"],
+        "EMAIL",
+        "{mailed:#}"
+    );
+}
+
 /// `examples/adapted`'s policy: a clear subject routed by the adapted encoder's head, an unclear
 /// one (best guess under 0.5) routed on purpose as `abstain`.
 #[test]

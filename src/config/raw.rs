@@ -79,6 +79,19 @@ pub struct RawNer {
     pub cache_entries: Option<u64>,
     /// An entity counts when one of its tokens reaches this probability; default 0.5.
     pub min_score: Option<f32>,
+    /// `read` (default) or `skip` the Markdown-fenced code blocks of a message: skipped, the
+    /// classifier reads only the prose around them (the validated detectors still read all).
+    pub fenced_code: Option<RawFencedCode>,
+}
+
+/// What the token classifier reads of fenced code blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawFencedCode {
+    /// Everything.
+    Read,
+    /// The prose around the blocks.
+    Skip,
 }
 
 /// Which runtime runs the encoder.

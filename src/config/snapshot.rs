@@ -507,6 +507,8 @@ pub struct Snapshot {
     pub fails_over: bool,
     /// The token classifier, when `inference.ner` is configured.
     pub ner: Option<Arc<TokenClassifierHandle>>,
+    /// What the token classifier reads of fenced code blocks (`inference.ner.fencedCode`).
+    pub ner_fenced_code: crate::signals::text::FencedCode,
     /// How long a request's call to each model may wait (`callTimeoutMs`), when serving.
     pub call_deadlines: CallDeadlines,
     /// The bundle and binding this snapshot was composed from; `None` for a plain

@@ -54,7 +54,12 @@ pub async fn neural_inputs(
         if !needs.entities {
             return None;
         }
-        let text: Vec<&str> = request.messages.iter().map(|m| m.text.as_str()).collect();
+        let fenced_code = snapshot.ner_fenced_code;
+        let text: Vec<_> = request
+            .messages
+            .iter()
+            .map(|m| fenced_code.apply(&m.text))
+            .collect();
         Some(match &snapshot.ner {
             Some(ner) => {
                 let deadline = snapshot.call_deadlines.ner.filter(|_| deadlines);

@@ -28,6 +28,63 @@ impl Scope {
     }
 }
 
+/// What the token classifier reads of a fenced code block (``` or ~~~, as Markdown fences it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FencedCode {
+    /// Everything, code included.
+    #[default]
+    Read,
+    /// The prose around the blocks: identifiers and numbers in code are not names or numbers
+    /// of a person, and a classifier trained on prose tags them as such.
+    Skip,
+}
+
+impl FencedCode {
+    /// `text` as the token classifier reads it: with [`Self::Skip`], each fenced block (its
+    /// fence lines too) becomes one empty line; a block left open runs to the end, as in
+    /// Markdown.
+    pub fn apply(self, text: &str) -> std::borrow::Cow<'_, str> {
+        if self == Self::Read || !(text.contains("```") || text.contains("~~~")) {
+            return text.into();
+        }
+        let mut prose = String::with_capacity(text.len());
+        // The open fence's character and length: a line of at least as many closes it.
+        let mut open: Option<(char, usize)> = None;
+        for line in text.split_inclusive('\n') {
+            let fence = fence_of(line);
+            match (open, fence) {
+                (None, Some(fence)) => {
+                    open = Some(fence);
+                    prose.push('\n');
+                }
+                (None, None) => prose.push_str(line),
+                (Some((c, n)), Some((d, m))) if c == d && m >= n && closes(line) => open = None,
+                (Some(_), _) => {}
+            }
+        }
+        prose.into()
+    }
+}
+
+/// The fence a line opens or closes: up to three spaces, then three or more backticks or tildes.
+fn fence_of(line: &str) -> Option<(char, usize)> {
+    let rest = line.trim_start_matches(' ');
+    if line.len() - rest.len() > 3 {
+        return None;
+    }
+    let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
+    let n = rest.chars().take_while(|d| *d == c).count();
+    (n >= 3).then_some((c, n))
+}
+
+/// A closing fence has nothing after its fence characters but spaces.
+fn closes(line: &str) -> bool {
+    line.trim_start_matches(' ')
+        .trim_start_matches(['`', '~'])
+        .trim()
+        .is_empty()
+}
+
 /// Words per scanning window (about 130 MiniLM tokens, inside the encoder's window).
 pub const WINDOW_WORDS: usize = 96;
 /// Words shared by consecutive windows, so a phrase cut at a boundary is still seen whole.
@@ -94,5 +151,24 @@ mod tests {
         let chunks = windows(&two.join(" "));
         assert_eq!(chunks.len(), 2);
         assert!(chunks[1].starts_with("w80 ") && chunks[1].ends_with(" w149"));
+    }
+
+    #[test]
+    fn skipping_fenced_code_keeps_the_prose_around_it() {
+        let text =
+            "Fix this for Anna Berg:\n```python\nuser = \"Chen\"  # 555 0134\n```\nThanks, Tom";
+        assert_eq!(FencedCode::Read.apply(text), text);
+        assert_eq!(
+            FencedCode::Skip.apply(text),
+            "Fix this for Anna Berg:\n\nThanks, Tom"
+        );
+        // A longer fence holds shorter ones; a tilde fence is not closed by backticks; an
+        // open block runs to the end; an indented fence (four spaces) is not a fence.
+        let nested = "a\n````md\n```\nx\n```\n````\nb\n~~~\ny\n```\nz";
+        assert_eq!(FencedCode::Skip.apply(nested), "a\n\nb\n\n");
+        let indented = "a\n    ```\nb";
+        assert_eq!(FencedCode::Skip.apply(indented), indented);
+        let info_is_not_a_close = "a\n```\nx\n```js\ny\n```\nb";
+        assert_eq!(FencedCode::Skip.apply(info_is_not_a_close), "a\n\nb");
     }
 }

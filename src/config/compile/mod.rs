@@ -26,6 +26,7 @@ use crate::config::snapshot::{
     CallDeadlines, Decision, Fallback, Listen, Model, Pricing, Server, Snapshot,
 };
 use crate::protocol::Protocol;
+use crate::signals::text::FencedCode;
 use crate::signals::{Signal, SignalKind};
 use std::path::Path;
 use std::sync::Arc;
@@ -246,6 +247,7 @@ pub fn compile(raw: RawConfig, hash: &str, base: &Path, errors: &mut Errors) -> 
         signals,
         decisions,
         encoder,
+        ner_fenced_code: ner.as_ref().map_or(FencedCode::Read, |n| n.fenced_code),
         ner: ner.map(|n| n.handle),
         call_deadlines: call_deadlines(raw.inference.as_ref()),
         model_index,

@@ -3,10 +3,11 @@
 
 use super::signals::CompiledNer;
 use crate::config::error::Errors;
-use crate::config::raw::{RawBackend, RawEncoder, RawNer};
+use crate::config::raw::{RawBackend, RawEncoder, RawFencedCode, RawNer};
 use crate::inference::{
     self, Backend, BatchSettings, EncoderHandle, EncoderSpec, TokenClassifierSpec,
 };
+use crate::signals::text::FencedCode;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +122,10 @@ pub(super) fn compile_ner(raw: &RawNer, base: &Path, errors: &mut Errors) -> Opt
                 handle,
                 types,
                 min_score,
+                fenced_code: match raw.fenced_code {
+                    Some(RawFencedCode::Skip) => FencedCode::Skip,
+                    Some(RawFencedCode::Read) | None => FencedCode::Read,
+                },
             })
         }
         Err(e) => {

@@ -16,6 +16,7 @@ use crate::config::snapshot::{Decision, Model};
 use crate::decision::Rule;
 use crate::inference::{EncoderHandle, TokenClassifierHandle};
 use crate::selection::Candidate;
+use crate::signals::text::FencedCode;
 use crate::signals::{
     exemplar_sets, Aggregate, AuthzSignal, ConversationSignal, EmbeddingSignal, ExemplarSignal,
     KeywordOperator, KeywordSignal, Label, LanguageSignal, MetadataSignal, OnError, PiiSignal,
@@ -49,6 +50,8 @@ pub(super) struct CompiledNer {
     pub types: Vec<String>,
     /// Minimum token probability for an entity to count.
     pub min_score: f32,
+    /// What it reads of fenced code blocks.
+    pub fenced_code: FencedCode,
 }
 
 fn compile_signal(raw: &RawSignal, models: &Models) -> Result<Signal, Vec<SignalError>> {
