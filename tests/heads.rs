@@ -38,6 +38,24 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
     ] {
         assert_eq!(sha256(&data(file)), metadata(head)["dataSha256"], "{file}");
     }
+    // The adapted encoder's jailbreak head reads the jailbreak data with the generated
+    // ordinary requests after it (heads/README.md: `cat` of the three files).
+    let mut joined = Vec::new();
+    for file in [
+        "jailbreak.jsonl",
+        "benign-tasks.jsonl",
+        "benign-mentions.jsonl",
+    ] {
+        joined.extend(std::fs::read(data(file)).unwrap());
+    }
+    let digest = {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(&joined))
+    };
+    assert_eq!(
+        digest,
+        metadata("jailbreak-adapted.safetensors")["dataSha256"]
+    );
 }
 
 fn texts(file: &str) -> Vec<String> {

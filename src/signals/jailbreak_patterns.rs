@@ -15,7 +15,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     (
         "reveal_system_prompt",
-        r"\b(reveal|show|print|output|repeat|display|dump|leak|tell me|give me|what (is|are|was|were))\b[^.!?\n]{0,40}\b(system|initial|hidden|original|starting|secret|developer)\s+(prompt|instructions?|message|configuration)",
+        r"\b(reveal|show|print|output|repeat|display|dump|leak)\b[^.!?\n]{0,40}\b(system|initial|hidden|original|starting|secret|developer)\s+(prompt|instructions?|message|configuration)|\b(tell me|give me|what (is|are|was|were))\b[^.!?\n]{0,40}\byour\s+(\w+\s+)?(system|initial|hidden|original|starting|secret|developer)\s+(prompt|instructions?|message|configuration)",
     ),
     (
         "reveal_system_prompt_multilingual",
@@ -23,11 +23,11 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     (
         "repeat_context",
-        r"\b(repeat|print|output)\b[^.!?\n]{0,30}\b(words|text|everything)\b[^.!?\n]{0,20}\b(above|before|context window)\b",
+        r"\b(repeat|print|output)\b[^.!?\n]{0,30}\b(words|text|everything)\b[^.!?\n]{0,20}\b(above|before|context window)(\s*([.,!?:;'\x22]|$|this\b|that\b|the (line|prompt|message|conversation)\b|starting\b|including\b|verbatim\b|word for word\b))",
     ),
     (
         "no_restrictions",
-        r"\b(no|without( any)?)\s+(content\s+)?(restrictions|rules|limits|filters?|polic(y|ies)|guidelines|censorship)\b|\b(unrestricted|uncensored|jailbroken)\b",
+        r"\b(no|without( any)?)\s+(content\s+)?(restrictions|rules|limits|filters?|polic(y|ies)|guidelines|censorship)\b|\b(unrestricted|uncensored|unfiltered|jailbroken)\s+(ai|model|assistant|chatbot|llm|gpt|version|mode|responses?|answers?|output|repl(y|ies)|content)\b|\byou('re| are)( now)? (unrestricted|uncensored|unfiltered|jailbroken)\b|\b(amoral|unethical|immoral)\b[^.!?\n]{0,30}\b(unfiltered|uncensored|unrestricted)\b|\b(unfiltered|uncensored|unrestricted)\b[^.!?\n]{0,30}\b(amoral|unethical|immoral)\b",
     ),
     (
         "no_restrictions_multilingual",
@@ -35,11 +35,11 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     (
         "persona_switch",
-        r"\b(developer|maintenance|god|jailbreak|unrestricted) mode\b|\bdo anything now\b|(?-i:\bDAN\b)|\byou are (now|no longer)\b|\bmodo desarrollador\b",
+        r"\b(you are|you're|you are now|you're now|now|are now|while) (in|running in|operating in) (developer|jailbreak|unrestricted|dan|god) mode\b|\b(developer|jailbreak|unrestricted|dan|god) mode (is )?(now )?(enabled|activated|engaged|unlocked)\s*([.!:,;]|$|and\b)|\b(enter|activate|enable|switch to|switch into|unlock) (developer|jailbreak|unrestricted|dan|god) mode\s*([.!:,;]|$|and\b|now\b)|\b(jailbreak|unrestricted) mode\b|\bdo anything now\b|\b(act as|acting as|you are|you're|you are now|you're now|become|pretend to be|pretend you are|role-?play as|respond as|answer as|reply as|as) (?-i:DAN)\b|(?-i:\bDAN\b) ?[,:]|(?-i:\bDAN\b) mode|\byou are no longer\b|\byou are now (free|unrestricted|unfiltered|uncensored|jailbroken|evil|an? (ai|model|assistant|chatbot|llm) (with(out)?|that|who))\b|\bmodo desarrollador\b",
     ),
     (
         "standing_order",
-        r"\bfrom now on\b[^.!?\n]{0,20}\b(you|respond|answer|ignore)\b",
+        r"\bfrom now on\b[^.!?\n]{0,20}\b(you are|you're|you will (be|act|now be)|you('ll| will) act|act as|pretend|ignore|you (no longer|don't|do not|must not|will not|won't) (have|follow|need|refuse))",
     ),
     (
         "forged_role_marker",
