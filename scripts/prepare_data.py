@@ -38,10 +38,15 @@ benign-mentions.jsonl  ordinary requests in the words of attacks (questions abou
                  by scripts/benign_mentions.py; apart from jailbreak.jsonl like the tasks above.
 bastion.jsonl    bastioncorpus prompt-injection set (malicious / benign), for evaluation only:
                  nothing here trains on it.
+multilingual-attacks.jsonl  garak-multilingual's 56 injection and jailbreak probes (41 Turkish, two
+                 each in German, French, Spanish, Russian, Arabic, Chinese, one Persian), all
+                 `malicious`, for evaluation only: read from its payload module's literals
+                 (ast), never imported or run.
 
 Deterministic: the same packages give byte-identical files.
 """
 
+import ast
 import csv
 import glob
 import gzip
@@ -404,6 +409,34 @@ def bastion(wheels):
     return [(r["text"], r["label"]) for r in rows]
 
 
+def multilingual_attacks(wheels):
+    with zipfile.ZipFile(one(f"{wheels}/garak_multilingual-0.1.0-*.whl")) as pack:
+        source = pack.read("garak_multilingual/payloads.py").decode()
+    body = ast.parse(source).body
+    # Module-level string constants (the canary some prompts quote), then the payload lists.
+    names = {node.targets[0].id: node.value.value for node in body
+             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    rows = []
+    for node in body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+            for payload in node.value.elts:
+                fields = {key.value: value for key, value in zip(payload.keys, payload.values)}
+                rows.append((text_of(fields["prompt"], names), "malicious"))
+    return rows
+
+
+def text_of(node, names):
+    """A prompt as the payload module writes it: string literals and constants joined with +."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return text_of(node.left, names) + text_of(node.right, names)
+    raise ValueError(f"line {node.lineno}: a prompt that is not made of string literals")
+
+
 def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__)
@@ -420,6 +453,7 @@ def main():
     write(f"{out}/benign-tasks.jsonl", text_tasks())
     write(f"{out}/benign-mentions.jsonl", benign_mentions())
     write(f"{out}/bastion.jsonl", bastion(wheels))
+    write(f"{out}/multilingual-attacks.jsonl", multilingual_attacks(wheels))
 
 
 if __name__ == "__main__":
