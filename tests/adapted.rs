@@ -137,7 +137,8 @@ async fn requests_that_name_attacks_are_not_taken_for_attacks() {
         )
         .await;
         assert_eq!(report.examples, examples, "{file}");
-        let flagged = (report.examples as f64 * (1.0 - report.accuracy)).round() as usize;
+        let attack = report.labels.iter().position(|l| l == "jailbreak").unwrap();
+        let flagged: usize = report.confusion.iter().map(|row| row[attack]).sum();
         assert!(
             flagged <= most_flagged,
             "{file}: {flagged} flagged\n{report}"

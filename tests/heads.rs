@@ -25,9 +25,14 @@ use support::sidecar::{plain_quickstart_config, quickstart_config, semantic_conf
 use support::signal;
 use support::stack::{ask, header, Stack};
 
-fn sha256(path: &std::path::Path) -> String {
+/// The hex SHA-256 of `files` read one after the other (what `cat` of them gives).
+fn sha256(files: &[&str]) -> String {
     use sha2::Digest;
-    format!("{:x}", sha2::Sha256::digest(std::fs::read(path).unwrap()))
+    let mut hasher = sha2::Sha256::new();
+    for file in files {
+        hasher.update(std::fs::read(data(file)).unwrap());
+    }
+    format!("{:x}", hasher.finalize())
 }
 
 #[test]
@@ -36,24 +41,17 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
         ("domain.safetensors", "domain-train.jsonl"),
         ("jailbreak.safetensors", "jailbreak.jsonl"),
     ] {
-        assert_eq!(sha256(&data(file)), metadata(head)["dataSha256"], "{file}");
+        assert_eq!(sha256(&[file]), metadata(head)["dataSha256"], "{file}");
     }
     // The adapted encoder's jailbreak head reads the jailbreak data with the generated
     // ordinary requests after it (heads/README.md: `cat` of the three files).
-    let mut joined = Vec::new();
-    for file in [
+    let files = [
         "jailbreak.jsonl",
         "benign-tasks.jsonl",
         "benign-mentions.jsonl",
-    ] {
-        joined.extend(std::fs::read(data(file)).unwrap());
-    }
-    let digest = {
-        use sha2::Digest;
-        format!("{:x}", sha2::Sha256::digest(&joined))
-    };
+    ];
     assert_eq!(
-        digest,
+        sha256(&files),
         metadata("jailbreak-adapted.safetensors")["dataSha256"]
     );
 }
@@ -403,8 +401,9 @@ async fn the_signals_hold_their_recorded_scores_out_of_distribution() {
     )
     .await;
     assert_eq!(jailbreak.examples, 40);
-    // Recorded F1 0.872 with 2 of the 20 benign look-alikes flagged (the adapted head before it
-    // read the text tasks: 0.850, 3 flagged; the plain encoder's head and the rules: 0.829, 4).
+    // Recorded F1 0.889 with none of the 20 benign look-alikes flagged (before the rules and the
+    // head read requests that name attacks: 0.872, 2 flagged; before the head read the text
+    // tasks: 0.850, 3; the plain encoder's head and the rules: 0.829, 4).
     let f1 = jailbreak.f1_of("jailbreak").unwrap();
     assert!(f1 >= 0.78, "F1 {f1}\n{jailbreak}");
 

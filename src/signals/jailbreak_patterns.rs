@@ -35,7 +35,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     (
         "persona_switch",
-        r"\b(you are|you're|you are now|you're now|now|are now|while) (in|running in|operating in) (developer|jailbreak|unrestricted|dan|god) mode\b|\b(developer|jailbreak|unrestricted|dan|god) mode (is )?(now )?(enabled|activated|engaged|unlocked)\s*([.!:,;]|$|and\b)|\b(enter|activate|enable|switch to|switch into|unlock) (developer|jailbreak|unrestricted|dan|god) mode\s*([.!:,;]|$|and\b|now\b)|\b(jailbreak|unrestricted) mode\b|\bdo anything now\b|\b(act as|acting as|you are|you're|you are now|you're now|become|pretend to be|pretend you are|role-?play as|respond as|answer as|reply as|as) (?-i:DAN)\b|(?-i:\bDAN\b) ?[,:]|(?-i:\bDAN\b) mode|\byou are no longer\b|\byou are now (free|unrestricted|unfiltered|uncensored|jailbroken|evil|an? (ai|model|assistant|chatbot|llm) (with(out)?|that|who))\b|\bmodo desarrollador\b",
+        r"\b(you are|you're|now|while) (in|running in|operating in) (developer|dan|god) mode\b|\b(developer|dan|god) mode (is )?(now )?(enabled|activated|engaged|unlocked)\s*([.!:,;]|$|and\b)|\b(enter|activate|enable|switch to|switch into|unlock) (developer|dan|god) mode\s*([.!:,;]|$|and\b|now\b)|\b(jailbreak|unrestricted) mode\b|\bdo anything now\b|\b(as|you are|you're|now|become|pretend to be) (?-i:DAN)\b|(?-i:\bDAN\b) ?[,:]|(?-i:\bDAN\b) mode|\byou are no longer\b|\byou are now (free|unrestricted|unfiltered|uncensored|jailbroken|evil|an? (ai|model|assistant|chatbot|llm) (with(out)?|that|who))\b|\bmodo desarrollador\b",
     ),
     (
         "standing_order",

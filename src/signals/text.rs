@@ -29,10 +29,9 @@ impl Scope {
 }
 
 /// What the token classifier reads of a fenced code block (``` or ~~~, as Markdown fences it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FencedCode {
     /// Everything, code included.
-    #[default]
     Read,
     /// The prose around the blocks: identifiers and numbers in code are not names or numbers
     /// of a person, and a classifier trained on prose tags them as such.
@@ -48,17 +47,16 @@ impl FencedCode {
             return text.into();
         }
         let mut prose = String::with_capacity(text.len());
-        // The open fence's character and length: a line of at least as many closes it.
+        // The open fence's character and length: a bare fence line of at least as many closes it.
         let mut open: Option<(char, usize)> = None;
         for line in text.split_inclusive('\n') {
-            let fence = fence_of(line);
-            match (open, fence) {
-                (None, Some(fence)) => {
-                    open = Some(fence);
+            match (open, fence_of(line)) {
+                (None, Some((c, n, _))) => {
+                    open = Some((c, n));
                     prose.push('\n');
                 }
                 (None, None) => prose.push_str(line),
-                (Some((c, n)), Some((d, m))) if c == d && m >= n && closes(line) => open = None,
+                (Some((c, n)), Some((d, m, true))) if c == d && m >= n => open = None,
                 (Some(_), _) => {}
             }
         }
@@ -66,23 +64,17 @@ impl FencedCode {
     }
 }
 
-/// The fence a line opens or closes: up to three spaces, then three or more backticks or tildes.
-fn fence_of(line: &str) -> Option<(char, usize)> {
+/// The fence a line opens or closes: up to three spaces, then three or more backticks or tildes;
+/// with its character, its length and whether nothing but spaces follows it (a closing fence).
+fn fence_of(line: &str) -> Option<(char, usize, bool)> {
     let rest = line.trim_start_matches(' ');
     if line.len() - rest.len() > 3 {
         return None;
     }
     let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
-    let n = rest.chars().take_while(|d| *d == c).count();
-    (n >= 3).then_some((c, n))
-}
-
-/// A closing fence has nothing after its fence characters but spaces.
-fn closes(line: &str) -> bool {
-    line.trim_start_matches(' ')
-        .trim_start_matches(['`', '~'])
-        .trim()
-        .is_empty()
+    let after = rest.trim_start_matches(c);
+    let n = rest.len() - after.len();
+    (n >= 3).then_some((c, n, after.trim().is_empty()))
 }
 
 /// Words per scanning window (about 130 MiniLM tokens, inside the encoder's window).
