@@ -211,6 +211,57 @@ fn a_missing_model_is_a_load_error_naming_the_file() {
     );
 }
 
+/// Loading the int8 export looks its word table up before dequantizing it
+/// (`dequantize_after_lookup`): ONNX Runtime then keeps the table in int8 instead of folding a
+/// float copy of it, and the hidden states are the exported graph's, bit for bit.
+#[test]
+fn looking_up_int8_rows_before_dequantizing_them_changes_no_hidden_state() {
+    use ort::session::Session;
+    use ort::value::Tensor;
+    let model = cache("models/all-MiniLM-L6-v2-int8/model.onnx");
+    let exported = bytes::Bytes::from(std::fs::read(&model).unwrap());
+    let rewritten = mom_router::inference::dequantize_after_lookup(&exported)
+        .unwrap()
+        .expect("the export's word table is dequantized before its lookup");
+    // Four nodes for three, two typed values fewer: the tensors are all the file's.
+    assert!(rewritten.len().abs_diff(exported.len()) < 1024);
+    let environment =
+        mom_router::inference::onnx_environment(&cache("onnxruntime/libonnxruntime.so")).unwrap();
+    let open = |bytes: &[u8]| {
+        Session::builder(&environment)
+            .unwrap()
+            .commit_from_memory(bytes)
+            .unwrap()
+    };
+    let (mut before, mut after) = (open(&exported), open(&rewritten));
+    // Two texts' worth of token ids (with padding), and one long row reaching the table's end.
+    let batches: [(usize, Vec<i64>, Vec<i64>); 2] = [
+        (
+            2,
+            vec![101, 7592, 2088, 999, 102, 0, 101, 2129, 2079, 1045, 102, 0],
+            vec![1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0],
+        ),
+        (1, (0..64).map(|i| 30521 - i * 477).collect(), vec![1; 64]),
+    ];
+    for (rows, ids, mask) in batches {
+        let shape = [rows, ids.len() / rows];
+        let hidden = |session: &mut Session| {
+            let outputs = session
+                .run(ort::inputs![
+                    "input_ids" => Tensor::from_array((shape, ids.clone())).unwrap(),
+                    "attention_mask" => Tensor::from_array((shape, mask.clone())).unwrap(),
+                    "token_type_ids" => Tensor::from_array((shape, vec![0i64; ids.len()])).unwrap(),
+                ])
+                .unwrap();
+            let (_, values) = outputs[0].try_extract_tensor::<f32>().unwrap();
+            values.to_vec()
+        };
+        let (expected, found) = (hidden(&mut before), hidden(&mut after));
+        assert_eq!(expected.len(), ids.len() * 384);
+        assert!(expected == found, "hidden states differ for {shape:?}");
+    }
+}
+
 fn rampart(max_tokens: usize) -> mom_router::inference::TokenClassifierSpec {
     mom_router::inference::TokenClassifierSpec {
         model: cache("models/rampart/model_q4.onnx"),

@@ -10,8 +10,10 @@ mod head_file;
 mod onnx_adapter;
 mod onnx_bert;
 mod onnx_graph;
+mod onnx_lookup;
 mod onnx_ner;
 mod onnx_session;
+mod onnx_wire;
 mod registry;
 mod router_head;
 mod router_input;
@@ -23,8 +25,9 @@ pub use candle_bert::DEVICES as CANDLE_DEVICES;
 pub use head::{
     argmax, f32s_from_le, f32s_to_le, softmax, Dense, Head, HeadError, HEAD_FORMAT, PROBE_TEXT,
 };
+pub use onnx_lookup::dequantize_after_lookup;
 pub use onnx_ner::{labels_of, EntityFound, OnnxTokenClassifier, TokenClassifierSpec};
-pub use onnx_session::loaded_runtime as loaded_onnx_runtime;
+pub use onnx_session::{environment as onnx_environment, loaded_runtime as loaded_onnx_runtime};
 pub use registry::{shared_encoder, shared_token_classifier, TokenClassifierHandle};
 pub use router_head::{ModelHeads, Prediction, RouterHead, ROUTER_FORMAT};
 pub use router_input::{

@@ -233,6 +233,7 @@ mod tests {
             data_type,
             name: name.to_owned(),
             raw_data: Bytes::from(raw_data),
+            ..TensorProto::default()
         }
     }
 
@@ -251,6 +252,7 @@ mod tests {
             input: input.iter().map(|i| (*i).to_owned()).collect(),
             output: vec![output.to_owned()],
             op_type: op_type.to_owned(),
+            ..NodeProto::default()
         }
     }
 
@@ -282,6 +284,7 @@ mod tests {
             graph: Some(GraphProto {
                 node: nodes,
                 initializer,
+                ..GraphProto::default()
             }),
         };
         let path = dir.join(if int8 { "int8.onnx" } else { "f32.onnx" });

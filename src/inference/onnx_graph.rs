@@ -1,7 +1,7 @@
-//! The parts of an ONNX model an adapter needs: its initializers (the tensors the file holds, by
-//! name) and where each dense weight of the encoder is, read from the graph with a subset of
-//! `onnx.proto` (every other field is skipped). Decoded from [`Bytes`], a tensor's data is a slice
-//! of the file itself, so its place in the file is known.
+//! The parts of an ONNX model mom-router reads or writes: its initializers (the tensors the file
+//! holds, by name), its nodes, and the names of its inputs, outputs and typed values, with a subset
+//! of `onnx.proto` (every other field is skipped). Decoded from [`Bytes`], a tensor's data is a
+//! slice of the file itself, so its place in the file is known.
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -9,6 +9,20 @@ use std::collections::HashMap;
 /// ONNX `TensorProto.DataType` values read here.
 pub(super) const FLOAT: i32 = 1;
 pub(super) const INT8: i32 = 3;
+
+/// ONNX `AttributeProto.AttributeType`s: a single integer, a subgraph, subgraphs.
+pub(super) const ATTRIBUTE_INT: i32 = 2;
+pub(super) const GRAPH: i32 = 5;
+pub(super) const GRAPHS: i32 = 10;
+
+/// ONNX `TensorProto.DataLocation` of a tensor whose values lie in another file.
+pub(super) const EXTERNAL: i32 = 1;
+
+/// `ModelProto.graph`'s field number.
+pub(super) const MODEL_GRAPH: u32 = 7;
+/// `GraphProto.node`'s and `GraphProto.value_info`'s field numbers.
+pub(super) const GRAPH_NODE: u32 = 1;
+pub(super) const GRAPH_VALUE_INFO: u32 = 13;
 
 /// The parts of an ONNX model file read here (fields of `onnx.proto`; the rest is skipped).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -23,16 +37,58 @@ pub(super) struct GraphProto {
     pub(super) node: Vec<NodeProto>,
     #[prost(message, repeated, tag = "5")]
     pub(super) initializer: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "11")]
+    pub(super) input: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "12")]
+    pub(super) output: Vec<ValueInfoProto>,
+    #[prost(message, repeated, tag = "13")]
+    pub(super) value_info: Vec<ValueInfoProto>,
 }
 
+/// A node, with every field an operator of the default domain needs: encoded, it is a whole node.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct NodeProto {
     #[prost(string, repeated, tag = "1")]
     pub(super) input: Vec<String>,
     #[prost(string, repeated, tag = "2")]
     pub(super) output: Vec<String>,
+    #[prost(string, tag = "3")]
+    pub(super) name: String,
     #[prost(string, tag = "4")]
     pub(super) op_type: String,
+    #[prost(message, repeated, tag = "5")]
+    pub(super) attribute: Vec<AttributeProto>,
+    #[prost(string, tag = "7")]
+    pub(super) domain: String,
+}
+
+impl NodeProto {
+    /// The integer attribute `name`, if the node has it.
+    pub(super) fn int_attribute(&self, name: &str) -> Option<i64> {
+        self.attribute
+            .iter()
+            .find(|a| a.name == name && a.r#type == ATTRIBUTE_INT)
+            .map(|a| a.i)
+    }
+}
+
+/// An attribute: its name and type, and its value when it is one integer (the only value read or
+/// written here).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct AttributeProto {
+    #[prost(string, tag = "1")]
+    pub(super) name: String,
+    #[prost(int64, tag = "3")]
+    pub(super) i: i64,
+    #[prost(int32, tag = "20")]
+    pub(super) r#type: i32,
+}
+
+/// A graph input, output or typed value, by name.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ValueInfoProto {
+    #[prost(string, tag = "1")]
+    pub(super) name: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -45,6 +101,8 @@ pub(super) struct TensorProto {
     pub(super) name: String,
     #[prost(bytes = "bytes", tag = "9")]
     pub(super) raw_data: Bytes,
+    #[prost(int32, tag = "14")]
+    pub(super) data_location: i32,
 }
 
 /// Where a dense weight (out × in in the adapter) lives in the graph, transposed (in × out).

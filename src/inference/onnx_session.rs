@@ -15,7 +15,9 @@ type LoadedRuntime = Option<(PathBuf, Result<Environment, String>)>;
 /// The process's ONNX Runtime: one per process, loaded on first use.
 static RUNTIME: OnceLock<Mutex<LoadedRuntime>> = OnceLock::new();
 
-fn environment(library: &Path) -> Result<Environment, InferenceError> {
+/// The process's ONNX Runtime environment, on the runtime library `library` (loaded on first use;
+/// ONNX Runtime allows one environment per process, so every session opens in this one).
+pub fn environment(library: &Path) -> Result<Environment, InferenceError> {
     // The same file named two ways (`a/../b`, a symlink) is the same runtime.
     let canonical = std::fs::canonicalize(library).unwrap_or_else(|_| library.to_owned());
     let library = canonical.as_path();

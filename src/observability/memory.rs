@@ -14,8 +14,18 @@ pub fn resident_bytes() -> Option<u64> {
 
 /// The resident set in bytes (`VmRSS`) of process `pid`, where `/proc` has it.
 pub fn resident_bytes_of(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// The largest resident set in bytes process `pid` has had (`VmHWM`), where `/proc` has it.
+pub fn peak_resident_bytes_of(pid: u32) -> Option<u64> {
+    status_bytes(pid, "VmHWM:")
+}
+
+/// A `/proc/PID/status` line counted in kB (`VmRSS:   1234 kB`), in bytes.
+fn status_bytes(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|line| line.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
@@ -28,11 +38,13 @@ pub fn release_freed(reason: &'static str) {
         return;
     }
     let after = resident_bytes();
-    if let (Some(before), Some(after)) = (before, after) {
+    let peak = peak_resident_bytes_of(std::process::id());
+    if let (Some(before), Some(after), Some(peak)) = (before, after, peak) {
         tracing::info!(
             reason,
             rss_before_mib = before / (1024 * 1024),
             rss_after_mib = after / (1024 * 1024),
+            rss_peak_mib = peak / (1024 * 1024),
             "freed memory returned to the system"
         );
     }
@@ -71,5 +83,7 @@ mod tests {
         // A test binary maps at least its own code, and never a terabyte.
         assert!(bytes > 1024 * 1024 && bytes < 1 << 40, "{bytes}");
         assert_eq!(bytes % 1024, 0);
+        let peak = peak_resident_bytes_of(std::process::id()).unwrap();
+        assert!(peak >= bytes, "peak {peak} under the resident set {bytes}");
     }
 }
