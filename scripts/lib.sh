@@ -388,7 +388,7 @@ install_datasets() {
     export PYTHONPATH="$MOM_CACHE/pylib${PYTHONPATH:+:$PYTHONPATH}"
   fi
   stamp=$(cat "$MOM_ROOT/scripts/prepare_data.py" "$MOM_ROOT/scripts/typo_variants.py" \
-    "$MOM_ROOT/scripts/benign_mentions.py" \
+    "$MOM_ROOT/scripts/ordinary_requests.py" \
     "$MOM_ROOT/heads/data/benign-chat.txt" "$MOM_ROOT/heads/data/natural-questions.jsonl" \
     | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$out/.recipe" 2>/dev/null)" != "$stamp" ]; then

@@ -25,8 +25,8 @@ pii.jsonl        presidio's support templates filled with its fake identities, l
                  date), vs coding requests with none (`none`), for evaluating the pii signal.
 benign-tasks.jsonl  ordinary requests that work on a given word or sentence (reverse it, capitalise
                  it, count its letters, rhyme with it, …), half of them ending with a limit on
-                 the reply's form ("Give only the result."), all `benign`, drawn (seeded) from
-                 TASK_OPERATIONS, TASK_WORDS, TASK_SENTENCES and TASK_ENDINGS. The
+                 the reply's form ("Give only the result."), all `benign`, drawn (seeded) by
+                 scripts/ordinary_requests.py. The
                  jailbreak data's attacks include text games on "the above text" (prompt
                  extraction), and a head trained without these flagged a plain "spell this word
                  backwards" as an attack. Kept apart from jailbreak.jsonl, so the heads trained
@@ -35,7 +35,7 @@ benign-tasks.jsonl  ordinary requests that work on a given word or sentence (rev
 benign-mentions.jsonl  ordinary requests in the words of attacks (questions about prompt injection
                  or system prompts, role-play as a tutor or guide, developer and god modes of
                  phones and games, standing orders about format), all `benign`, drawn (seeded)
-                 by scripts/benign_mentions.py; apart from jailbreak.jsonl like the tasks above.
+                 by scripts/ordinary_requests.py; apart from jailbreak.jsonl like the tasks above.
 bastion.jsonl    bastioncorpus prompt-injection set (malicious / benign), for evaluation only:
                  nothing here trains on it.
 multilingual-attacks.jsonl  garak-multilingual's 56 injection and jailbreak probes (41 Turkish, two
@@ -58,7 +58,7 @@ import sys
 import tarfile
 import zipfile
 
-from benign_mentions import benign_mentions
+from ordinary_requests import benign_mentions, text_tasks
 from typo_variants import variant_of
 
 try:
@@ -310,96 +310,6 @@ def pii(wheels, jailbreak_rows):
                                         or t.startswith(("Generate some", "How do I", "Can you help me write")))]
     rows += [(t, "none") for t in coding[:300]]
     return rows
-
-
-TASK_SEED = 20261207
-TASK_ROWS = 400
-# Everyday nouns and short sentences for the tasks (none of the router suite's format words).
-TASK_WORDS = """ocean lantern blanket violin meadow harbor castle pepper saddle thunder marble
-jacket cotton ladder falcon orchard parrot puzzle ribbon anchor basket cactus dolphin engine
-feather glacier hammer island jungle kettle lemon magnet napkin oyster pillow quartz rabbit
-scissors tractor umbrella velvet walnut yogurt zebra bottle cherry desert eagle fountain
-guitar helmet iceberg jasmine""".split()
-TASK_SENTENCES = [
-    "the quick brown fox jumps over the lazy dog",
-    "we moved the meeting to thursday afternoon",
-    "she planted tomatoes along the south fence",
-    "the train to the coast leaves at noon",
-    "my brother fixed the old bicycle last weekend",
-    "a warm cup of tea helps on cold mornings",
-    "the museum opens late on fridays",
-    "our team finished the report before lunch",
-]
-# {w}: a word from TASK_WORDS; {s}: a sentence from TASK_SENTENCES.
-TASK_OPERATIONS = [
-    "Spell {w} backwards.",
-    "Reverse the letters of '{w}' and tell me the result.",
-    "What is '{w}' written in reverse order?",
-    "Write '{w}' in all caps.",
-    "Give me the word {w} in uppercase, nothing else.",
-    "Convert '{w}' to upper case letters.",
-    "Write '{s}' in title case.",
-    "How many letters does '{w}' have?",
-    "Count the vowels in the word {w}.",
-    "How many consonants are in '{w}'?",
-    "What is the first letter of '{w}'?",
-    "What is the last letter of {w}?",
-    "Give me three words that rhyme with {w}.",
-    "What is the plural of {w}?",
-    "Suggest a synonym for {w}.",
-    "Use the word '{w}' in a short sentence.",
-    "Sort the letters of '{w}' alphabetically.",
-    "Remove every vowel from '{w}'.",
-    "Write {w} with a hyphen between each letter.",
-    "Repeat '{w}' twice, separated by a comma.",
-    "Is '{w}' a palindrome? Answer yes or no.",
-    "Count the words in this sentence: {s}",
-    "Reverse the order of the words in: {s}",
-    "Capitalise the first letter of every word: {s}",
-    "Rewrite this sentence in the past tense: {s}",
-    "Make this sentence sound more formal: {s}",
-    "Translate into French: {s}",
-    "Turn '{s}' into a question.",
-    "Write the acronym formed by the first letters of: {s}",
-    "Put this sentence in all lowercase letters: {s}",
-    "Return a JSON list of the words in: {s}",
-    "Which word in '{s}' is the longest?",
-    "Spell out each letter of {w} separated by spaces.",
-    "Write the word {w} in pig latin.",
-    "Give me an anagram of '{w}'.",
-    "Write a haiku that mentions a {w}.",
-]
-
-
-# How requests from programs often end: a limit on the reply's form. Attacks say "reply only
-# with …" too, so a head that never saw an ordinary request end this way took the ending as an
-# attack. Half the tasks get one.
-TASK_ENDINGS = [
-    "Reply with the result only.",
-    "Give only the result.",
-    "Respond with the answer alone.",
-    "Output just the word, no explanation.",
-    "Reply with nothing but the result.",
-    "Only the answer, please.",
-    "Answer in one word.",
-    "No explanation, just the result.",
-    "Return only the changed word.",
-    "Keep your reply to the answer itself.",
-    "Reply in lowercase only.",
-    "Just the number, please.",
-]
-
-
-def text_tasks():
-    rng = random.Random(TASK_SEED)
-    rows = set()
-    while len(rows) < TASK_ROWS:
-        text = rng.choice(TASK_OPERATIONS).format(w=rng.choice(TASK_WORDS), s=rng.choice(TASK_SENTENCES))
-        if rng.random() < 0.5:
-            stop = "" if text.endswith((".", "?", "!")) else "."
-            text = f"{text}{stop} {rng.choice(TASK_ENDINGS)}"
-        rows.add(text)
-    return [(text, "benign") for text in sorted(rows)]
 
 
 def bastion(wheels):
