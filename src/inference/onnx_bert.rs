@@ -2,7 +2,6 @@
 //! the execution provider are chosen).
 
 use super::onnx_adapter::adapted_model;
-use super::onnx_lookup::dequantize_after_lookup;
 use super::onnx_session::open_session;
 use super::tokenize::TextTokenizer;
 use super::{Encoder, InferenceError};
@@ -29,15 +28,12 @@ impl OnnxBert {
         threads: usize,
         tokenizer: TextTokenizer,
     ) -> Result<Self, InferenceError> {
-        let patched = model_bytes(model, adapter).map_err(InferenceError::Load)?;
-        let (session, mut described) = open_session(
-            model,
-            library,
-            providers,
-            require_first,
-            threads,
-            patched.as_deref(),
-        )?;
+        let patched = adapter
+            .map(|adapter| adapted_model(model, adapter).map(Bytes::from))
+            .transpose()
+            .map_err(InferenceError::Load)?;
+        let (session, mut described) =
+            open_session(model, library, providers, require_first, threads, patched)?;
         if let Some(adapter) = adapter.and_then(Path::file_name) {
             described.push_str(&format!(" + {}", adapter.to_string_lossy()));
         }
@@ -46,22 +42,6 @@ impl OnnxBert {
             tokenizer,
             described,
         })
-    }
-}
-
-/// The bytes ONNX Runtime opens in place of the file `model`: with `adapter` applied and each int8
-/// table dequantized after its lookup ([`dequantize_after_lookup`]); `None` when the file can be
-/// opened as it is.
-fn model_bytes(model: &Path, adapter: Option<&Path>) -> Result<Option<Bytes>, String> {
-    let read = match adapter {
-        Some(adapter) => adapted_model(model, adapter)?,
-        None => std::fs::read(model).map_err(|e| format!("{}: {e}", model.display()))?,
-    };
-    let read = Bytes::from(read);
-    match dequantize_after_lookup(&read).map_err(|e| format!("{}: {e}", model.display()))? {
-        Some(rewritten) => Ok(Some(Bytes::from(rewritten))),
-        None if adapter.is_some() => Ok(Some(read)),
-        None => Ok(None),
     }
 }
 

@@ -133,43 +133,75 @@ where
     }
 }
 
+/// The index of the node that produces each value of `graph`.
+pub(super) fn producers(graph: &GraphProto) -> HashMap<&str, usize> {
+    graph
+        .node
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
+        .collect()
+}
+
+/// An int8 tensor dequantized on the fly, `Cast(values) · scales`: the indices of its `Mul` and
+/// `Cast` nodes and its two initializers.
+pub(super) struct Dequantized<'a> {
+    pub(super) mul: usize,
+    pub(super) cast: usize,
+    pub(super) values: &'a TensorProto,
+    pub(super) scales: &'a TensorProto,
+}
+
+/// The value `name` when the graph computes it as `Cast(values) · scales` (either way round),
+/// `values` an int8 initializer and `scales` a float one, with nodes of the default domain.
+pub(super) fn dequantized<'a>(
+    graph: &'a GraphProto,
+    producer: &HashMap<&str, usize>,
+    initializers: &HashMap<&str, &'a TensorProto>,
+    name: &str,
+) -> Option<Dequantized<'a>> {
+    let node = |value: &str, op_type: &str| {
+        let index = *producer.get(value)?;
+        let found = &graph.node[index];
+        (found.op_type == op_type && found.domain.is_empty()).then_some((index, found))
+    };
+    let initializer = |value: &str, data_type: i32| {
+        initializers
+            .get(value)
+            .filter(|t| t.data_type == data_type)
+            .copied()
+    };
+    let (mul, product) = node(name, "Mul")?;
+    let [a, b] = product.input.as_slice() else {
+        return None;
+    };
+    let of = |cast_output: &str, scales: &str| {
+        let (cast, cast_node) = node(cast_output, "Cast")?;
+        Some(Dequantized {
+            mul,
+            cast,
+            values: initializer(cast_node.input.first()?, INT8)?,
+            scales: initializer(scales, FLOAT)?,
+        })
+    };
+    of(a, b).or_else(|| of(b, a))
+}
+
 /// The graph's dense weights by name (`….weight`, from the bias added to their product).
 pub(super) fn dense_weights<'a>(
     graph: &'a GraphProto,
     initializers: &HashMap<&str, &'a TensorProto>,
 ) -> HashMap<String, Stored<'a>> {
-    let producer: HashMap<&str, &NodeProto> = graph
-        .node
-        .iter()
-        .flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n)))
-        .collect();
-    let int8 = |name: &str| {
-        let cast = producer.get(name).filter(|n| n.op_type == "Cast")?;
-        initializers
-            .get(cast.input.first()?.as_str())
-            .filter(|t| t.data_type == INT8)
-            .copied()
-    };
+    let producer = producers(graph);
     let stored = |name: &str| -> Option<Stored<'a>> {
         if let Some(t) = initializers.get(name).filter(|t| t.data_type == FLOAT) {
             return Some(Stored::F32(t));
         }
-        let mul = producer.get(name).filter(|n| n.op_type == "Mul")?;
-        let [a, b] = mul.input.as_slice() else {
-            return None;
-        };
-        let scales = |s: &str| {
-            initializers
-                .get(s)
-                .filter(|t| t.data_type == FLOAT)
-                .copied()
-        };
-        match (int8(a), scales(b), int8(b), scales(a)) {
-            (Some(values), Some(scales), ..) | (_, _, Some(values), Some(scales)) => {
-                Some(Stored::Int8 { values, scales })
-            }
-            _ => None,
-        }
+        let found = dequantized(graph, &producer, initializers, name)?;
+        Some(Stored::Int8 {
+            values: found.values,
+            scales: found.scales,
+        })
     };
     let mut weights = HashMap::new();
     for matmul in graph.node.iter().filter(|n| n.op_type == "MatMul") {

@@ -9,8 +9,9 @@
 //! the typed values they produced are dropped, and every other byte is copied as it lies.
 
 use super::onnx_graph::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, ATTRIBUTE_INT,
-    EXTERNAL, FLOAT, GRAPH, GRAPHS, GRAPH_NODE, GRAPH_VALUE_INFO, INT8, MODEL_GRAPH,
+    dequantized, producers, AttributeProto, Dequantized, GraphProto, ModelProto, NodeProto,
+    TensorProto, ValueInfoProto, ATTRIBUTE_INT, EXTERNAL, FLOAT, GRAPH, GRAPHS, GRAPH_NODE,
+    GRAPH_VALUE_INFO, MODEL_GRAPH,
 };
 use super::onnx_wire::{fields, put_bytes, put_header};
 use bytes::Bytes;
@@ -139,12 +140,7 @@ fn lookups(graph: &GraphProto) -> Vec<Lookup> {
         .iter()
         .map(|t| (t.name.as_str(), t))
         .collect();
-    let producer: HashMap<&str, usize> = graph
-        .node
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
-        .collect();
+    let producer = producers(graph);
     let mut uses: HashMap<&str, usize> = HashMap::new();
     for name in graph.node.iter().flat_map(|n| n.input.iter()) {
         *uses.entry(name.as_str()).or_default() += 1;
@@ -161,11 +157,6 @@ fn lookups(graph: &GraphProto) -> Vec<Lookup> {
         .chain(graph.value_info.iter().map(|v| &v.name))
         .map(String::as_str)
         .collect();
-    let node = |name: &str, op_type: &str| {
-        let index = *producer.get(name)?;
-        let found = &graph.node[index];
-        (found.op_type == op_type && found.domain.is_empty()).then_some((index, found))
-    };
     let only_use = |name: &str| uses.get(name) == Some(&1);
     let mut found = Vec::new();
     for (gather, lookup) in graph.node.iter().enumerate() {
@@ -179,34 +170,24 @@ fn lookups(graph: &GraphProto) -> Vec<Lookup> {
         if lookup.int_attribute("axis").unwrap_or(0) != 0 || !only_use(table) {
             continue;
         }
-        let Some((mul, product)) = node(table, "Mul") else {
-            continue;
-        };
-        if product.input.len() != 2 {
-            continue;
-        }
-        // The product's inputs either way round: the dequantized table and its scales.
-        let cast_of = |first: usize| {
-            let (dequantized, scale) = (&product.input[first], &product.input[1 - first]);
-            let (index, cast) = node(dequantized, "Cast")?;
-            (cast.int_attribute("to") == Some(i64::from(FLOAT)) && only_use(dequantized))
-                .then_some((index, cast, dequantized, scale))
-        };
-        let Some((cast, cast_node, dequantized, scale)) = cast_of(0).or_else(|| cast_of(1)) else {
-            continue;
-        };
-        let Some(q) = cast_node
-            .input
-            .first()
-            .and_then(|q| initializers.get(q.as_str()))
-            .filter(|q| q.data_type == INT8 && q.dims.len() == 2)
+        let Some(Dequantized {
+            mul,
+            cast,
+            values: q,
+            scales: scale,
+        }) = dequantized(graph, &producer, &initializers, table)
         else {
             continue;
         };
-        let per_row = initializers
-            .get(scale.as_str())
-            .is_some_and(|s| s.data_type == FLOAT && s.dims == [q.dims[0], 1]);
-        if !per_row {
+        let cast_node = &graph.node[cast];
+        let Some(dequantized) = cast_node.output.first() else {
+            continue;
+        };
+        let usable = cast_node.int_attribute("to") == Some(i64::from(FLOAT))
+            && only_use(dequantized)
+            && q.dims.len() == 2
+            && scale.dims == [q.dims[0], 1];
+        if !usable {
             continue;
         }
         let [rows, scales, values] =
@@ -219,7 +200,7 @@ fn lookups(graph: &GraphProto) -> Vec<Lookup> {
         }
         let replacement = [
             new_node(&rows, "Gather", &[&q.name, ids], &[("axis", 0)]),
-            new_node(&scales, "Gather", &[scale, ids], &[("axis", 0)]),
+            new_node(&scales, "Gather", &[&scale.name, ids], &[("axis", 0)]),
             new_node(&values, "Cast", &[&rows], &[("to", i64::from(FLOAT))]),
             new_node(looked_up, "Mul", &[&values, &scales], &[]),
         ];
@@ -255,6 +236,7 @@ fn new_node(output: &str, op_type: &str, input: &[&String], ints: &[(&str, i64)]
 
 #[cfg(test)]
 mod tests {
+    use super::super::onnx_graph::INT8;
     use super::*;
 
     fn tensor(name: &str, dims: &[i64], data_type: i32, raw_data: &[u8]) -> TensorProto {

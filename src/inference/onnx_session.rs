@@ -2,7 +2,9 @@
 //! from the configured path, and execution providers are tried in the configured order, each
 //! failure recorded in one line, falling back to the next (normally the CPU).
 
+use super::onnx_lookup::dequantize_after_lookup;
 use super::InferenceError;
+use bytes::Bytes;
 use ort::environment::Environment;
 use ort::ep;
 use ort::session::Session;
@@ -73,7 +75,8 @@ fn provider(name: &str) -> Option<ep::ExecutionProviderDispatch> {
 }
 
 /// Opens `model` (or `patched`, its bytes changed, read in its place) with the first execution
-/// provider in `providers` that registers; returns the session and a description such as
+/// provider in `providers` that registers, each int8 table of it dequantized after its lookup
+/// ([`dequantize_after_lookup`]); returns the session and a description such as
 /// `onnx cpu (cuda unavailable: …)`.
 pub fn open_session(
     model: &Path,
@@ -81,9 +84,10 @@ pub fn open_session(
     providers: &[String],
     require_first: bool,
     threads: usize,
-    patched: Option<&[u8]>,
+    patched: Option<Bytes>,
 ) -> Result<(Session, String), InferenceError> {
     let env = environment(library)?;
+    let bytes = model_bytes(model, patched).map_err(InferenceError::Load)?;
     let mut skipped = Vec::new();
     for (i, name) in providers.iter().enumerate() {
         // No memory arena and no memory patterns: inputs change shape with every batch (text
@@ -102,7 +106,7 @@ pub fn open_session(
                 .map_err(|e| e.to_string()),
         };
         let session = builder.and_then(|mut b| {
-            match patched {
+            match &bytes {
                 Some(bytes) => b.commit_from_memory(bytes),
                 None => b.commit_from_file(model),
             }
@@ -126,4 +130,19 @@ pub fn open_session(
         model.display(),
         skipped.join("; ")
     )))
+}
+
+/// The bytes to open in place of the file `model`: `patched` or the file, with each int8 table
+/// dequantized after its lookup; `None` when the file opens as it is (a model without such a
+/// table is then read twice, once here to look).
+fn model_bytes(model: &Path, patched: Option<Bytes>) -> Result<Option<Bytes>, String> {
+    let in_place = |e| format!("{}: {e}", model.display());
+    let read = match &patched {
+        Some(bytes) => bytes.clone(),
+        None => Bytes::from(std::fs::read(model).map_err(|e| in_place(e.to_string()))?),
+    };
+    match dequantize_after_lookup(&read).map_err(in_place)? {
+        Some(rewritten) => Ok(Some(Bytes::from(rewritten))),
+        None => Ok(patched),
+    }
 }
