@@ -31,6 +31,7 @@ fn spec(backend: Backend) -> EncoderSpec {
             queue: 64,
             cache_entries: 0,
         },
+        spelling: None,
     }
 }
 

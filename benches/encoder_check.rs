@@ -107,6 +107,7 @@ fn spec(backend: &str, device: &str, runtime: Option<&Path>) -> Result<EncoderSp
             queue: 64,
             cache_entries: 0,
         },
+        spelling: None,
     })
 }
 

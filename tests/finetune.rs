@@ -83,6 +83,7 @@ fn embed_adapted(model_dir: PathBuf, adapter: Option<PathBuf>, texts: &[&str]) -
         max_tokens: 64,
         threads: 1,
         batch: settings(8, 1, 64),
+        spelling: None,
     };
     let texts: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
     let embedded = EncoderHandle::spawn(spec).unwrap().embed_blocking(&texts);

@@ -543,3 +543,28 @@ fn the_misspelt_questions_are_what_the_seeded_script_writes() {
         assert_eq!(a["label"], b["label"]);
     }
 }
+
+#[test]
+fn the_spelling_keep_list_is_what_its_script_writes_from_the_training_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join("keep.txt");
+    let run = std::process::Command::new("python3")
+        .arg(support::repo().join("scripts/spelling_keep.py"))
+        .arg(support::repo().join(".cache/data"))
+        .arg(support::repo().join(".cache/models/spelling/frequency_dictionary_en_82_765.txt"))
+        .arg(&written)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let committed =
+        std::fs::read_to_string(support::repo().join("heads/spelling-keep.txt")).unwrap();
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), committed);
+    // Terms of the subject data a general dictionary lacks.
+    for term in ["introns", "cosets", "logit"] {
+        assert!(committed.lines().any(|w| w == term), "{term}");
+    }
+}

@@ -29,6 +29,7 @@ fn candle(batch: BatchSettings) -> EncoderSpec {
         max_tokens: 256,
         threads: 1,
         batch,
+        spelling: None,
     }
 }
 

@@ -11,6 +11,7 @@ mod plugin;
 pub mod raw;
 mod raw_contract;
 mod raw_identity;
+mod raw_inference;
 mod raw_model;
 mod raw_plugin;
 mod raw_selection;

@@ -17,6 +17,7 @@ mod onnx_wire;
 mod registry;
 mod router_head;
 mod router_input;
+mod spelling;
 pub(crate) mod tokenize;
 pub mod worker;
 
@@ -33,6 +34,7 @@ pub use router_head::{ModelHeads, Prediction, RouterHead, ROUTER_FORMAT};
 pub use router_input::{
     cheap_features, crossed, crossed_width, kind_input, kind_input_width, ROUTER_FEATURES,
 };
+pub use spelling::{Speller, SpellingSpec};
 pub use worker::{BatchSettings, Batched, EncoderHandle, EncoderStats, ModelHandle};
 
 use std::path::PathBuf;
@@ -105,6 +107,8 @@ pub struct EncoderSpec {
     pub threads: usize,
     /// Batching and queueing.
     pub batch: BatchSettings,
+    /// A spelling corrector for the text the encoder reads.
+    pub spelling: Option<SpellingSpec>,
 }
 
 /// The one-line reason a provider or device `name` could not load (`cuda unavailable: …`),
@@ -127,6 +131,19 @@ pub(crate) fn unavailable(
 
 /// Loads the encoder a spec describes, on the calling thread.
 pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
+    let encoder = load_model(spec)?;
+    let Some(spelling) = &spec.spelling else {
+        return Ok(encoder);
+    };
+    let speller = spelling::Speller::load(spelling, &spec.model_dir.join("tokenizer.json"))?;
+    Ok(Box::new(spelling::Spelled {
+        inner: encoder,
+        speller,
+    }))
+}
+
+/// Loads the encoder's model alone.
+fn load_model(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
     let tokenizer =
         tokenize::TextTokenizer::load(&spec.model_dir.join("tokenizer.json"), spec.max_tokens)?;
     match &spec.backend {

@@ -42,6 +42,7 @@ pub fn onnx_on(runtime: &str, providers: &[&str], require_first: bool) -> Encode
         max_tokens: 256,
         threads: 1,
         batch: settings(8, 1, 64),
+        spelling: None,
     }
 }
 

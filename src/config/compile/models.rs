@@ -5,7 +5,7 @@ use super::signals::CompiledNer;
 use crate::config::error::Errors;
 use crate::config::raw::{RawBackend, RawEncoder, RawFencedCode, RawNer};
 use crate::inference::{
-    self, Backend, BatchSettings, EncoderHandle, EncoderSpec, TokenClassifierSpec,
+    self, Backend, BatchSettings, EncoderHandle, EncoderSpec, SpellingSpec, TokenClassifierSpec,
 };
 use crate::signals::text::FencedCode;
 use std::path::Path;
@@ -190,6 +190,10 @@ pub(super) fn compile_encoder(
         max_tokens: raw.max_tokens.unwrap_or(256).clamp(8, 512),
         threads: raw.threads.unwrap_or(1).max(1),
         batch: batch_settings(raw.max_batch, raw.max_wait_ms, raw.queue, raw.cache_entries),
+        spelling: raw.spelling.as_ref().map(|s| SpellingSpec {
+            dictionary: resolve(&s.dictionary),
+            keep: s.keep.iter().map(|k| resolve(k)).collect(),
+        }),
     };
     if !ok {
         return None;
