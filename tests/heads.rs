@@ -517,16 +517,9 @@ fn calibration_refuses_windowed_heads() {
 fn the_misspelt_questions_are_what_the_seeded_script_writes() {
     let dir = tempfile::tempdir().unwrap();
     let written = dir.path().join("typos.jsonl");
-    let run = std::process::Command::new("python3")
-        .arg(support::repo().join("scripts/typo_variants.py"))
-        .arg(ood("domain.jsonl"))
-        .arg(&written)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    run_script(
+        "scripts/typo_variants.py",
+        &[ood("domain.jsonl"), written.clone()],
     );
     let committed = std::fs::read_to_string(ood("domain-typos.jsonl")).unwrap();
     let again = std::fs::read_to_string(&written).unwrap();
@@ -548,17 +541,13 @@ fn the_misspelt_questions_are_what_the_seeded_script_writes() {
 fn the_spelling_keep_list_is_what_its_script_writes_from_the_training_data() {
     let dir = tempfile::tempdir().unwrap();
     let written = dir.path().join("keep.txt");
-    let run = std::process::Command::new("python3")
-        .arg(support::repo().join("scripts/spelling_keep.py"))
-        .arg(support::repo().join(".cache/data"))
-        .arg(support::repo().join(".cache/models/spelling/frequency_dictionary_en_82_765.txt"))
-        .arg(&written)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    run_script(
+        "scripts/spelling_keep.py",
+        &[
+            support::repo().join(".cache/data"),
+            support::repo().join(".cache/models/spelling/frequency_dictionary_en_82_765.txt"),
+            written.clone(),
+        ],
     );
     let committed =
         std::fs::read_to_string(support::repo().join("heads/spelling-keep.txt")).unwrap();
@@ -567,4 +556,19 @@ fn the_spelling_keep_list_is_what_its_script_writes_from_the_training_data() {
     for term in ["introns", "cosets", "logit"] {
         assert!(committed.lines().any(|w| w == term), "{term}");
     }
+}
+
+/// Runs one of the repository's Python scripts with `args`; fails the test with its stderr when
+/// it fails.
+fn run_script(script: &str, args: &[std::path::PathBuf]) {
+    let run = std::process::Command::new("python3")
+        .arg(support::repo().join(script))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }
