@@ -15,17 +15,11 @@ import json
 import re
 import sys
 
+from policy_replay import held_out  # the split `mom-router train` makes
+
 HELD_OUT_PERCENT = 20
 FEWEST_LETTERS = 4
 LEAST_COUNT = 2
-
-
-def held_out(text, percent):
-    """The FNV-1a split of src/records/traces.rs::is_held_out."""
-    h = 0xCBF29CE484222325
-    for b in text.encode():
-        h = ((h ^ b) * 0x100000001B3) % (1 << 64)
-    return h % 100 < percent
 
 
 def main():

@@ -277,10 +277,9 @@ pub struct Spelled {
 impl Encoder for Spelled {
     fn encode(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>, InferenceError> {
         let corrected: Vec<Cow<'_, str>> = texts.iter().map(|t| self.speller.correct(t)).collect();
-        let changed = texts
+        let changed = corrected
             .iter()
-            .zip(&corrected)
-            .filter(|(t, c)| matches!(c, Cow::Owned(s) if s != **t))
+            .filter(|c| matches!(c, Cow::Owned(_)))
             .count();
         if changed > 0 {
             tracing::debug!(texts = texts.len(), changed, "spelling corrected");
