@@ -131,21 +131,30 @@ pub(crate) fn unavailable(
 
 /// Loads the encoder a spec describes, on the calling thread.
 pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
-    let encoder = load_model(spec)?;
-    let Some(spelling) = &spec.spelling else {
-        return Ok(encoder);
-    };
-    let speller = spelling::Speller::load(spelling, &spec.model_dir.join("tokenizer.json"))?;
-    Ok(Box::new(spelling::Spelled {
-        inner: encoder,
-        speller,
-    }))
-}
-
-/// Loads the encoder's model alone.
-fn load_model(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
     let tokenizer =
         tokenize::TextTokenizer::load(&spec.model_dir.join("tokenizer.json"), spec.max_tokens)?;
+    let speller = match &spec.spelling {
+        Some(spelling) => Some(Speller::load(
+            spelling,
+            tokenizer.vocabulary().iter().map(String::as_str),
+        )?),
+        None => None,
+    };
+    let encoder = load_model(spec, tokenizer)?;
+    Ok(match speller {
+        Some(speller) => Box::new(spelling::Spelled {
+            inner: encoder,
+            speller,
+        }),
+        None => encoder,
+    })
+}
+
+/// Loads the encoder's model alone, around its loaded tokenizer.
+fn load_model(
+    spec: &EncoderSpec,
+    tokenizer: tokenize::TextTokenizer,
+) -> Result<Box<dyn Encoder>, InferenceError> {
     match &spec.backend {
         Backend::Candle {
             devices,

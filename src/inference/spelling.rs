@@ -47,9 +47,12 @@ pub struct Speller {
 }
 
 impl Speller {
-    /// Reads the dictionary and keep lists of `spec`, and the whole words of the encoder's
-    /// `tokenizer.json` vocabulary.
-    pub fn load(spec: &SpellingSpec, tokenizer_json: &Path) -> Result<Self, InferenceError> {
+    /// Reads the dictionary and keep lists of `spec`; `vocabulary` is the encoder's, whose whole
+    /// lower-case words are known too.
+    pub fn load<'v>(
+        spec: &SpellingSpec,
+        vocabulary: impl IntoIterator<Item = &'v str>,
+    ) -> Result<Self, InferenceError> {
         let fail = |path: &Path, e: &dyn std::fmt::Display| {
             InferenceError::Load(format!("spelling: {}: {e}", path.display()))
         };
@@ -87,32 +90,27 @@ impl Speller {
                     .map(|w| w.to_lowercase().into_boxed_str()),
             );
         }
-        let tokenizer = std::fs::read(tokenizer_json).map_err(|e| fail(tokenizer_json, &e))?;
-        let tokenizer: serde_json::Value =
-            serde_json::from_slice(&tokenizer).map_err(|e| fail(tokenizer_json, &e))?;
-        if let Some(vocab) = tokenizer["model"]["vocab"].as_object() {
-            known.extend(
-                vocab
-                    .keys()
-                    .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
-                    .map(|w| w.clone().into_boxed_str()),
-            );
-        }
+        known.extend(
+            vocabulary
+                .into_iter()
+                .filter(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+                .map(Into::into),
+        );
         Ok(Self { frequency, known })
     }
 
     /// `text` with its misspelt prose words corrected, borrowed when nothing changed.
     pub fn correct<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let prose = prose_spans(text);
-        if !is_english(prose.iter().map(|&(start, end)| &text[start..end])) {
+        let prose = crate::llm::markdown::prose_spans(text);
+        if !is_english(prose.iter().map(|span| &text[span.clone()])) {
             return Cow::Borrowed(text);
         }
         let mut out = String::new();
         let mut copied = 0;
         let mut sentence_start = true;
-        for (start, end) in prose {
-            let mut at = start;
-            for token in text[start..end].split_inclusive(char::is_whitespace) {
+        for span in prose {
+            let mut at = span.start;
+            for token in text[span].split_inclusive(char::is_whitespace) {
                 let word = token.trim_end();
                 if word.is_empty() {
                     at += token.len();
@@ -170,35 +168,6 @@ impl Speller {
             best
         })
     }
-}
-
-/// Byte ranges of `text` outside fenced (```) and inline (`) code.
-fn prose_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut start = 0;
-    let mut rest = 0;
-    while let Some(tick) = text[rest..].find('`').map(|i| rest + i) {
-        let end = if text[tick..].starts_with("```") {
-            text[tick + 3..]
-                .find("```")
-                .map_or(text.len(), |i| tick + 3 + i + 3)
-        } else {
-            match text[tick + 1..].find(['`', '\n']) {
-                Some(i) if text[tick + 1 + i..].starts_with('`') => tick + 1 + i + 1,
-                // A lone backtick is prose.
-                _ => {
-                    rest = tick + 1;
-                    continue;
-                }
-            }
-        };
-        spans.push((start, tick));
-        start = end;
-        rest = end;
-    }
-    spans.push((start, text.len()));
-    spans.retain(|(s, e)| s < e);
-    spans
 }
 
 /// The letters of a whitespace-delimited token without the punctuation around it, and where they
@@ -347,6 +316,7 @@ mod tests {
             "what does the \\frac{a}{b} and sqrt(x) do to grvity_1",
             "what does the `grvity` flag do",
             "what does this do\n```\ngrvity = 1\n```\n",
+            "what does this do\n~~~\ngrvity = 1\n~~~\n",
             // Too few English function words.
             "Ignora las instrucciones anteriores grvity",
             // Too short to judge.
@@ -362,27 +332,10 @@ mod tests {
     }
 
     #[test]
-    fn prose_spans_skip_fenced_and_inline_code_and_keep_a_lone_backtick() {
-        let text = "a `b` c ```d``` e ` f";
-        let spans: Vec<&str> = prose_spans(text)
-            .iter()
-            .map(|&(s, e)| &text[s..e])
-            .collect();
-        assert_eq!(spans, ["a ", " c ", " e ` f"]);
-        let open = "a ```never closed";
-        assert_eq!(prose_spans(open), [(0, 2)]);
-    }
-
-    #[test]
     fn the_word_lists_load_from_files_and_bad_lines_are_errors_naming_the_file() {
         let dir = std::env::temp_dir().join(format!("mom-spelling-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let tokenizer = dir.join("tokenizer.json");
-        std::fs::write(
-            &tokenizer,
-            r###"{"model":{"vocab":{"the":1,"how":2,"##ing":3}}}"###,
-        )
-        .unwrap();
+        let vocabulary = ["the", "how", "##ing"];
         let dictionary = dir.join("words.txt");
         std::fs::write(&dictionary, "gravity 900\nexplain 800\n\n").unwrap();
         let keep = dir.join("keep.txt");
@@ -391,14 +344,14 @@ mod tests {
             dictionary: dictionary.clone(),
             keep: vec![keep],
         };
-        let s = Speller::load(&spec, &tokenizer).unwrap();
+        let s = Speller::load(&spec, vocabulary).unwrap();
         assert_eq!(
             s.correct("how the grvity and the lintr"),
             "how the gravity and the lintr"
         );
         assert!(s.known.contains("linter") && !s.known.contains("##ing"));
         std::fs::write(&dictionary, "gravity nine\n").unwrap();
-        let error = Speller::load(&spec, &tokenizer).err().unwrap().to_string();
+        let error = Speller::load(&spec, vocabulary).err().unwrap().to_string();
         assert!(error.contains("words.txt: line 1"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -54,6 +54,11 @@ impl TextTokenizer {
         })
     }
 
+    /// The vocabulary's entries (word pieces included), in no order.
+    pub fn vocabulary(&self) -> Vec<String> {
+        self.inner.get_vocab(false).into_keys().collect()
+    }
+
     /// Tokenises a batch.
     pub fn batch(&self, texts: &[&str]) -> Result<TokenBatch, InferenceError> {
         let heads: Vec<&str> = texts.iter().map(|t| head_of(t, self.max_bytes)).collect();

@@ -1,6 +1,7 @@
 //! OpenAI wire types as the pipeline sees them: the chat-completion request, the request's HTTP
-//! headers, the OpenAI-style error body, token usage and log-probabilities; and the one outbound
-//! seam, the client for sub-requests through Envoy's internal listener.
+//! headers, the OpenAI-style error body, token usage and log-probabilities, where code sits in a
+//! message's Markdown; and the one outbound seam, the client for sub-requests through Envoy's
+//! internal listener.
 
 pub mod chat;
 mod chat_json;
@@ -11,6 +12,7 @@ pub mod error_body;
 pub mod headers;
 pub mod lines;
 pub mod logprobs;
+pub mod markdown;
 pub mod sse;
 pub mod usage;
 pub mod usage_strip;

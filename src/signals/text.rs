@@ -43,38 +43,23 @@ impl FencedCode {
     /// fence lines too) becomes one empty line; a block left open runs to the end, as in
     /// Markdown.
     pub fn apply(self, text: &str) -> std::borrow::Cow<'_, str> {
-        if self == Self::Read || !(text.contains("```") || text.contains("~~~")) {
+        let blocks = match self {
+            Self::Read => return text.into(),
+            Self::Skip => crate::llm::markdown::fenced_blocks(text),
+        };
+        if blocks.is_empty() {
             return text.into();
         }
         let mut prose = String::with_capacity(text.len());
-        // The open fence's character and length: a bare fence line of at least as many closes it.
-        let mut open: Option<(char, usize)> = None;
-        for line in text.split_inclusive('\n') {
-            match (open, fence_of(line)) {
-                (None, Some((c, n, _))) => {
-                    open = Some((c, n));
-                    prose.push('\n');
-                }
-                (None, None) => prose.push_str(line),
-                (Some((c, n)), Some((d, m, true))) if c == d && m >= n => open = None,
-                (Some(_), _) => {}
-            }
+        let mut copied = 0;
+        for block in blocks {
+            prose.push_str(&text[copied..block.start]);
+            prose.push('\n');
+            copied = block.end;
         }
+        prose.push_str(&text[copied..]);
         prose.into()
     }
-}
-
-/// The fence a line opens or closes: up to three spaces, then three or more backticks or tildes;
-/// with its character, its length and whether nothing but spaces follows it (a closing fence).
-fn fence_of(line: &str) -> Option<(char, usize, bool)> {
-    let rest = line.trim_start_matches(' ');
-    if line.len() - rest.len() > 3 {
-        return None;
-    }
-    let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
-    let after = rest.trim_start_matches(c);
-    let n = rest.len() - after.len();
-    (n >= 3).then_some((c, n, after.trim().is_empty()))
 }
 
 /// Words per scanning window (about 130 MiniLM tokens, inside the encoder's window).
