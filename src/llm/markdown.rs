@@ -6,7 +6,8 @@ use std::ops::Range;
 /// Byte ranges of the fenced code blocks of `text`, each from the start of its opening fence line
 /// to the end of its closing one (its line end included). A longer fence holds shorter ones, a
 /// tilde fence is closed by tildes only, a fence line with an info string (```js) opens but never
-/// closes, and a block left open runs to the end, as in Markdown.
+/// closes, a backtick line with more backticks after the fence is inline code, and a block left
+/// open runs to the end, as in Markdown.
 pub fn fenced_blocks(text: &str) -> Vec<Range<usize>> {
     let mut blocks = Vec::new();
     if !(text.contains("```") || text.contains("~~~")) {
@@ -101,6 +102,10 @@ fn fence_of(line: &str) -> Option<(char, usize, bool)> {
     let c = rest.chars().next().filter(|c| *c == '`' || *c == '~')?;
     let after = rest.trim_start_matches(c);
     let n = rest.len() - after.len();
+    // A backtick fence's info string holds no backtick: "```x``` y" opens inline code, not a block.
+    if c == '`' && after.contains('`') {
+        return None;
+    }
     (n >= 3).then_some((c, n, after.trim().is_empty()))
 }
 
@@ -128,6 +133,9 @@ mod tests {
             ["````md\n```\nx\n```\n````\n", "~~~\ny\n```\nz"]
         );
         assert!(fenced_blocks("a\n    ```\nb").is_empty());
+        let inline = "```x``` y\nz";
+        assert!(fenced_blocks(inline).is_empty());
+        assert_eq!(pieces(inline, &prose_spans(inline)), [" y\nz"]);
         let info = "a\n```\nx\n```js\ny\n```\nb";
         assert_eq!(
             pieces(info, &fenced_blocks(info)),
