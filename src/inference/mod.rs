@@ -129,25 +129,22 @@ pub(crate) fn unavailable(
     Ok(line)
 }
 
-/// Loads the encoder a spec describes, on the calling thread.
+/// Loads the encoder a spec describes, on the calling thread. The spelling corrector's word lists
+/// are read after the model, so that they are not held through the model's load, the start-up's
+/// peak of memory; only the vocabulary's whole words are taken from the tokenizer before.
 pub fn load(spec: &EncoderSpec) -> Result<Box<dyn Encoder>, InferenceError> {
     let tokenizer =
         tokenize::TextTokenizer::load(&spec.model_dir.join("tokenizer.json"), spec.max_tokens)?;
-    let speller = match &spec.spelling {
-        Some(spelling) => Some(Speller::load(
-            spelling,
-            tokenizer.vocabulary().iter().map(String::as_str),
-        )?),
-        None => None,
-    };
+    let words = spec.spelling.as_ref().map(|_| tokenizer.whole_words());
     let encoder = load_model(spec, tokenizer)?;
-    Ok(match speller {
-        Some(speller) => Box::new(spelling::Spelled {
-            inner: encoder,
-            speller,
-        }),
-        None => encoder,
-    })
+    let (Some(spelling), Some(words)) = (&spec.spelling, words) else {
+        return Ok(encoder);
+    };
+    let speller = Speller::load(spelling, words.iter().map(String::as_str))?;
+    Ok(Box::new(spelling::Spelled {
+        inner: encoder,
+        speller,
+    }))
 }
 
 /// Loads the encoder's model alone, around its loaded tokenizer.

@@ -47,8 +47,8 @@ pub struct Speller {
 }
 
 impl Speller {
-    /// Reads the dictionary and keep lists of `spec`; `vocabulary` is the encoder's, whose whole
-    /// lower-case words are known too.
+    /// Reads the dictionary and keep lists of `spec`; the whole lower-case words of `vocabulary`
+    /// (the encoder's) are known too.
     pub fn load<'v>(
         spec: &SpellingSpec,
         vocabulary: impl IntoIterator<Item = &'v str>,

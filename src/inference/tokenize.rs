@@ -54,9 +54,11 @@ impl TextTokenizer {
         })
     }
 
-    /// The vocabulary's entries (word pieces included), in no order.
-    pub fn vocabulary(&self) -> Vec<String> {
-        self.inner.get_vocab(false).into_keys().collect()
+    /// The vocabulary's whole lower-case words (no word pieces, no marks), in no order.
+    pub fn whole_words(&self) -> Vec<String> {
+        let mut vocabulary = self.inner.get_vocab(false);
+        vocabulary.retain(|w, _| w.chars().all(|c| c.is_ascii_lowercase()));
+        vocabulary.into_keys().collect()
     }
 
     /// Tokenises a batch.
